@@ -1,0 +1,188 @@
+"""Training losses of the three drafters (DEEPSPEC_REFERENCE.md §2.4, §4; paper §3.3, Eq. 8-12).
+
+Block drafters (DSpark, DFlash). Slot k (0-indexed) of the block anchored at p predicts x*_{p+k+1}, the data token;
+its weight is
+
+    w_k = eval_mask_k · exp(-k / decay)                      decay = 4.0 (the reference code's constant)
+
+which is the paper's exp(-(k-1)/γ) with 1-indexed k and the code's constant in place of γ. With
+p_d = softmax(draft logits) (Markov-corrected, teacher-forced, T = 1) and p_t = softmax(target lm_head(h_{p+k})) in
+fp32, the target's own next-token distribution at position p+k:
+
+    L_ce   = Σ w_k · (-log p_d(x*_{p+k+1}))                 / (Σ w_k + 1e-6)
+    L_tv   = Σ w_k · ‖p_d − p_t‖₁                            / (Σ w_k + 1e-6)   full L1, no ½ (Eq. 10)
+    c*_k   = clamp(1 − ½‖p_d − p_t‖₁, 0, 1), detached        the analytic acceptance rate (Eq. 8)
+    L_conf = Σ w_k · BCEWithLogits(conf_logit_k, c*_k)       / (Σ w_k + 1e-6)   soft label (Eq. 11)
+    L      = α_ce·L_ce + α_tv·L_tv + α_conf·L_conf          DSpark (0.1, 0.9, 1.0); DFlash (1, 0, 0)
+
+Eagle3 (reference §4). Step k (0-indexed) of the test-time-training unroll at position t predicts token t+k+2; its
+soft target is the target's distribution at position t+k+1:
+
+    L_k = Σ_t valid_k(t) · (-Σ_v p_t(v | ≤ t+k+1) · log p_d,k(v | t))
+    L   = Σ_k 0.8^k · L_k / (Σ_t valid_0(t) + 1e-6)
+
+with valid_k(t) = loss_mask[t+1] and loss_mask[t+k+2]: the last known token t+1 is a response token (as a DSpark
+anchor must be) and so is the predicted one. ⚠ The reference divides by bs·seq, padding and prompt included
+("local_mean"); dividing by the supervised step-0 positions keeps the 0.8^k ratios between steps and makes the
+value independent of the prompt fraction.
+
+Data parallelism: `weight_total` lets the caller pass the normaliser all-reduced over ranks (the reference does
+this and multiplies the loss by world_size to cancel DDP's gradient averaging); without it the local sum is used.
+
+Every function returns LossTerms: the differentiable total plus detached scalar terms for logging, including the
+diagnostic `accept` = mean over supervised slots of c* (the expected per-step acceptance rate of the draft).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from dspark.models.errors import ConfigError
+
+# Added to every normaliser so a batch with no supervised slot gives a zero loss, not NaN.
+NORM_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class BlockLossWeights:
+    """Coefficients of the block-drafter loss and the position-decay constant."""
+
+    ce: float = 0.1
+    tv: float = 0.9
+    conf: float = 1.0
+    decay: float = 4.0
+
+    def __post_init__(self) -> None:
+        for name in ("ce", "tv", "conf"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"loss weight {name} must be >= 0, got {getattr(self, name)}")
+        if self.ce + self.tv + self.conf == 0:
+            raise ConfigError("loss weights ce, tv, conf are all 0: at least one term must be trained")
+        if self.decay <= 0:
+            raise ConfigError(f"loss decay must be > 0, got {self.decay}; the reference uses 4.0")
+
+
+DSPARK_LOSS = BlockLossWeights(ce=0.1, tv=0.9, conf=1.0)
+DFLASH_LOSS = BlockLossWeights(ce=1.0, tv=0.0, conf=0.0)
+EAGLE3_STEP_DECAY = 0.8
+
+
+@dataclass(frozen=True)
+class LossTerms:
+    """A differentiable total loss plus detached float terms for the training log."""
+
+    total: torch.Tensor  # [] differentiable
+    terms: dict[str, float]
+
+
+def position_weights(eval_mask: torch.Tensor, decay: float) -> torch.Tensor:
+    """w_k = eval_mask_k · exp(-k/decay), k 0-indexed along the last dim.
+
+    eval_mask: [bs, n_anchors, gamma] bool. Returns float32 of the same shape.
+    """
+    gamma = eval_mask.shape[-1]
+    k = torch.arange(gamma, device=eval_mask.device, dtype=torch.float32)
+    return eval_mask.float() * torch.exp(-k / decay)
+
+
+def total_variation_l1(draft_logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
+    """‖softmax(draft) − softmax(target)‖₁ over the last dim, in fp32 (in [0, 2]).
+
+    draft_logits, target_logits: [..., vocab]. Returns [...]. Gradient flows into draft_logits only.
+    """
+    p_d = torch.softmax(draft_logits.float(), dim=-1)
+    p_t = torch.softmax(target_logits.detach().float(), dim=-1)
+    return (p_d - p_t).abs().sum(dim=-1)
+
+
+def acceptance_label(l1: torch.Tensor) -> torch.Tensor:
+    """c* = clamp(1 − ½·L1, 0, 1), detached: the probability that a draft sample is accepted (Eq. 8)."""
+    return (1.0 - 0.5 * l1.detach()).clamp(0.0, 1.0)
+
+
+def block_loss(
+    draft_logits: torch.Tensor,  # [bs, n_anchors, gamma, vocab]
+    labels: torch.Tensor,  # [bs, n_anchors, gamma] long
+    eval_mask: torch.Tensor,  # [bs, n_anchors, gamma] bool
+    weights: BlockLossWeights,
+    target_logits: torch.Tensor | None = None,  # [bs, n_anchors, gamma, vocab]
+    confidence_logits: torch.Tensor | None = None,  # [bs, n_anchors, gamma]
+    weight_total: torch.Tensor | None = None,  # [] Σw over all ranks
+) -> LossTerms:
+    """DSpark / DFlash loss (module docstring). Only supervised slots are evaluated.
+
+    target_logits is required when weights.tv or weights.conf is non-zero; confidence_logits when weights.conf is.
+    When target_logits is given, the diagnostic c* statistics are logged even if tv and conf are not trained.
+    """
+    if (weights.tv > 0 or weights.conf > 0) and target_logits is None:
+        raise ValueError("block_loss: weights.tv/conf > 0 need target_logits")
+    if weights.conf > 0 and confidence_logits is None:
+        raise ValueError("block_loss: weights.conf > 0 needs confidence_logits (drafter without confidence head?)")
+    w_full = position_weights(eval_mask, weights.decay)
+    norm = (w_full.sum() if weight_total is None else weight_total) + NORM_EPS
+    sel = eval_mask.bool()
+    w = w_full[sel]  # [m]
+    ce = F.cross_entropy(draft_logits[sel].float(), labels[sel], reduction="none")
+    l_ce = (w * ce).sum() / norm
+    total = weights.ce * l_ce
+    terms = {"ce": l_ce.item()}
+    if target_logits is not None:
+        l1 = total_variation_l1(draft_logits[sel], target_logits[sel])  # [m]
+        c_star = acceptance_label(l1)
+        l_tv = (w * l1).sum() / norm
+        terms["tv"] = l_tv.item()
+        terms["accept"] = c_star.mean().item() if c_star.numel() else 0.0
+        if weights.tv > 0:
+            total = total + weights.tv * l_tv
+        if weights.conf > 0:
+            bce = F.binary_cross_entropy_with_logits(confidence_logits[sel].float(), c_star, reduction="none")
+            l_conf = (w * bce).sum() / norm
+            total = total + weights.conf * l_conf
+            terms["conf"] = l_conf.item()
+    terms["loss"] = total.item()
+    return LossTerms(total=total, terms=terms)
+
+
+def eagle3_valid_mask(loss_mask: torch.Tensor, ttt_steps: int) -> torch.Tensor:
+    """valid[k, b, t] = loss_mask[b, t+1] and loss_mask[b, t+k+2] (False past the end).
+
+    loss_mask: [bs, seq]. Returns [ttt_steps, bs, seq] bool.
+    """
+    mask = loss_mask.bool()
+    bs, seq = mask.shape
+    padded = torch.cat([mask, mask.new_zeros(bs, ttt_steps + 2)], dim=1)
+    known = padded[:, 1 : seq + 1]
+    return torch.stack([known & padded[:, k + 2 : k + 2 + seq] for k in range(ttt_steps)])
+
+
+def eagle3_loss(
+    step_logits: torch.Tensor,  # [ttt_steps, bs, seq, vocab]
+    target_logits: torch.Tensor,  # [bs, seq, vocab], the target's logits at every position
+    loss_mask: torch.Tensor,  # [bs, seq]
+    step_decay: float = EAGLE3_STEP_DECAY,
+    weight_total: torch.Tensor | None = None,  # [] Σ valid_0 over all ranks
+) -> LossTerms:
+    """Eagle3 test-time-training loss: Σ_k step_decay^k · soft-CE(step k vs target at t+k+1) (module docstring)."""
+    ttt_steps, bs, seq, _ = step_logits.shape
+    valid = eagle3_valid_mask(loss_mask, ttt_steps)
+    norm = (valid[0].sum().float() if weight_total is None else weight_total) + NORM_EPS
+    total = step_logits.new_zeros((), dtype=torch.float32)
+    terms: dict[str, float] = {}
+    accepts = []
+    for k in range(ttt_steps):
+        sel = valid[k]  # [bs, seq]
+        # The target distribution for step k at position t sits at position t+k+1.
+        shifted = torch.roll(target_logits, shifts=-(k + 1), dims=1)[sel].detach().float()
+        draft = step_logits[k][sel].float()
+        soft_ce = -(torch.softmax(shifted, -1) * torch.log_softmax(draft, -1)).sum(-1)
+        step_loss = soft_ce.sum() / norm
+        total = total + (step_decay**k) * step_loss
+        terms[f"step{k}"] = step_loss.item()
+        with torch.no_grad():
+            accepts.append(acceptance_label(total_variation_l1(draft, shifted)))
+    accepted = torch.cat(accepts)
+    terms["accept"] = accepted.mean().item() if accepted.numel() else 0.0
+    terms["loss"] = total.item()
+    return LossTerms(total=total, terms=terms)

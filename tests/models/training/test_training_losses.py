@@ -1,0 +1,149 @@
+"""Loss terms on small hand-computed cases (reference §2.4, §4; paper Eq. 8-12)."""
+import math
+
+import pytest
+import torch
+
+from dspark.models.errors import ConfigError
+from dspark.models.training.losses import (
+    DFLASH_LOSS,
+    DSPARK_LOSS,
+    BlockLossWeights,
+    block_loss,
+    eagle3_loss,
+    eagle3_valid_mask,
+    position_weights,
+)
+
+LN3 = math.log(3.0)
+W1 = math.exp(-0.25)  # weight of slot k=1 with decay 4
+
+
+def _two_slot_case():
+    """One block, gamma 3, vocab 2; slot 2 is unsupervised and full of garbage.
+
+    slot 0: p_d = [.5, .5],  p_t = [.75, .25], label 0 -> CE ln 2,     L1 0.5, c* 0.75
+    slot 1: p_d = [.75,.25], p_t = [.75, .25], label 0 -> CE ln(4/3),  L1 0,   c* 1
+    """
+    draft = torch.tensor([[[[0.0, 0.0], [LN3, 0.0], [50.0, -50.0]]]], requires_grad=True)
+    target = torch.tensor([[[[LN3, 0.0], [LN3, 0.0], [-50.0, 50.0]]]])
+    labels = torch.tensor([[[0, 0, 1]]])
+    eval_mask = torch.tensor([[[True, True, False]]])
+    conf = torch.tensor([[[LN3, 0.0, 9.0]]], requires_grad=True)  # sigma = 0.75, 0.5
+    return draft, target, labels, eval_mask, conf
+
+
+def test_position_weights_decay_and_mask():
+    w = position_weights(torch.tensor([[[True, True, True, False]]]), decay=4.0)
+    expected = torch.tensor([[[1.0, W1, math.exp(-0.5), 0.0]]])
+    assert torch.allclose(w, expected)
+
+
+def test_dspark_terms_hand_computed():
+    draft, target, labels, eval_mask, conf = _two_slot_case()
+    out = block_loss(draft, labels, eval_mask, DSPARK_LOSS, target_logits=target, confidence_logits=conf)
+    norm = 1.0 + W1 + 1e-6
+    ce = (math.log(2) + W1 * math.log(4 / 3)) / norm
+    tv = (1.0 * 0.5 + W1 * 0.0) / norm
+    bce0 = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))  # sigma(ln3) = .75 vs c* = .75
+    bce1 = math.log(2)  # sigma(0) = .5 vs c* = 1
+    conf_l = (bce0 + W1 * bce1) / norm
+    assert out.terms["ce"] == pytest.approx(ce, rel=1e-5)
+    assert out.terms["tv"] == pytest.approx(tv, rel=1e-5)
+    assert out.terms["conf"] == pytest.approx(conf_l, rel=1e-5)
+    assert out.terms["accept"] == pytest.approx((0.75 + 1.0) / 2, rel=1e-5)
+    assert out.total.item() == pytest.approx(0.1 * ce + 0.9 * tv + 1.0 * conf_l, rel=1e-5)
+
+
+def test_weight_total_overrides_normaliser():
+    draft, target, labels, eval_mask, conf = _two_slot_case()
+    local = block_loss(draft, labels, eval_mask, DSPARK_LOSS, target, conf)
+    global_ = block_loss(draft, labels, eval_mask, DSPARK_LOSS, target, conf, weight_total=torch.tensor(4 * (1 + W1)))
+    assert global_.total.item() == pytest.approx(local.total.item() / 4, rel=1e-5)
+
+
+def test_confidence_label_is_detached():
+    draft, target, labels, eval_mask, conf = _two_slot_case()
+    only_conf = BlockLossWeights(ce=0.0, tv=0.0, conf=1.0)
+    block_loss(draft, labels, eval_mask, only_conf, target, conf).total.backward()
+    assert draft.grad is None or torch.count_nonzero(draft.grad) == 0
+    assert conf.grad[0, 0, 2] == 0 and abs(conf.grad[0, 0, 0]) < 1e-6  # sigma = c* exactly at slot 0
+    assert conf.grad[0, 0, 1] < 0  # sigma 0.5 < c* = 1: pushed up
+
+
+def test_unsupervised_slots_do_not_matter():
+    draft, target, labels, eval_mask, conf = _two_slot_case()
+    base = block_loss(draft, labels, eval_mask, DSPARK_LOSS, target, conf).total
+    draft2, target2, conf2 = draft.detach().clone(), target.clone(), conf.detach().clone()
+    draft2[..., 2, :] = torch.tensor([-7.0, 3.0])
+    target2[..., 2, :] = 0.0
+    conf2[..., 2] = -4.0
+    assert block_loss(draft2, labels, eval_mask, DSPARK_LOSS, target2, conf2).total.item() == pytest.approx(base.item())
+
+
+def test_dflash_is_decayed_ce_only():
+    draft, target, labels, eval_mask, _ = _two_slot_case()
+    out = block_loss(draft, labels, eval_mask, DFLASH_LOSS)
+    ce = (math.log(2) + W1 * math.log(4 / 3)) / (1 + W1 + 1e-6)
+    assert out.total.item() == pytest.approx(ce, rel=1e-5)
+    assert set(out.terms) == {"ce", "loss"}
+    with_diag = block_loss(draft, labels, eval_mask, DFLASH_LOSS, target_logits=target)
+    assert with_diag.total.item() == pytest.approx(ce, rel=1e-5) and "accept" in with_diag.terms
+
+
+def test_empty_batch_gives_zero_not_nan():
+    draft, target, labels, _, conf = _two_slot_case()
+    out = block_loss(draft, labels, torch.zeros(1, 1, 3, dtype=torch.bool), DSPARK_LOSS, target, conf)
+    assert out.total.item() == 0.0
+
+
+def test_block_loss_requires_inputs_its_weights_need():
+    draft, target, labels, eval_mask, _ = _two_slot_case()
+    with pytest.raises(ValueError, match="target_logits"):
+        block_loss(draft, labels, eval_mask, DSPARK_LOSS)
+    with pytest.raises(ValueError, match="confidence_logits"):
+        block_loss(draft, labels, eval_mask, DSPARK_LOSS, target_logits=target)
+
+
+def test_loss_weights_validated():
+    with pytest.raises(ConfigError, match="decay"):
+        BlockLossWeights(decay=0.0)
+    with pytest.raises(ConfigError, match="all 0"):
+        BlockLossWeights(ce=0.0, tv=0.0, conf=0.0)
+
+
+def test_eagle3_valid_mask():
+    valid = eagle3_valid_mask(torch.tensor([[0, 1, 1, 1]]), ttt_steps=2)
+    assert valid.int().tolist() == [[[1, 1, 0, 0]], [[1, 0, 0, 0]]]
+
+
+def test_eagle3_uniform_draft_hand_computed():
+    # A uniform draft has soft-CE ln V against any target. Step 0 has 2 valid positions, step 1 one; norm = 2.
+    vocab = 4
+    step_logits = torch.zeros(2, 1, 4, vocab)
+    target = torch.randn(1, 4, vocab)
+    out = eagle3_loss(step_logits, target, torch.tensor([[0, 1, 1, 1]]))
+    ln_v = math.log(vocab)
+    assert out.terms["step0"] == pytest.approx(ln_v, rel=1e-5)
+    assert out.terms["step1"] == pytest.approx(ln_v / 2, rel=1e-5)
+    assert out.total.item() == pytest.approx(ln_v + 0.8 * ln_v / 2, rel=1e-5)
+
+
+def test_eagle3_matches_loop_reference():
+    torch.manual_seed(0)
+    ttt, bs, seq, vocab = 3, 2, 7, 5
+    step_logits = torch.randn(ttt, bs, seq, vocab)
+    target = torch.randn(bs, seq, vocab)
+    loss_mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 0, 0]])
+    expected, norm = 0.0, 0
+    for b in range(bs):
+        for t in range(seq):
+            norm += int(t + 2 < seq and loss_mask[b, t + 1] and loss_mask[b, t + 2])
+    for k in range(ttt):
+        for b in range(bs):
+            for t in range(seq):
+                if t + k + 2 < seq and loss_mask[b, t + 1] and loss_mask[b, t + k + 2]:
+                    p_t = torch.softmax(target[b, t + k + 1], -1)
+                    ce = -(p_t * torch.log_softmax(step_logits[k, b, t], -1)).sum().item()
+                    expected += 0.8**k * ce / norm
+    assert eagle3_loss(step_logits, target, loss_mask).total.item() == pytest.approx(expected, rel=1e-4)
