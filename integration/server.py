@@ -1,0 +1,103 @@
+"""Start and stop a real SGLang 0.5.23 server process.
+
+`SGLangServer` runs `python -m sglang.launch_server` in its own process group, waits until the model
+answers, and on exit terminates the whole group (SGLang forks a scheduler and a detokenizer). If the
+server dies or never becomes ready, the error carries the tail of its log.
+
+The CPU recipe (shared/reference/SGLANG_ON_CPU.md): `SGLANG_USE_CPU_ENGINE=1` routes RoPE and friends
+to their native paths, `--device cpu` picks the torch-native attention backend, and
+`--max-total-tokens` keeps the KV pool small (without it SGLang reserves ~70% of RAM).
+The CPU stand-in for `sgl_kernel` is on sys.path through the venv (scripts/setup_env.sh).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+CPU_MAX_TOTAL_TOKENS = 8192
+READY_TIMEOUT_S = 300.0
+LOG_TAIL_CHARS = 4000
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cpu_server_args(max_total_tokens: int = CPU_MAX_TOTAL_TOKENS) -> list[str]:
+    return ["--device", "cpu", "--max-total-tokens", str(max_total_tokens)]
+
+
+class SGLangServer:
+    """A running `sglang.launch_server`; use as a context manager.
+
+    >>> with SGLangServer("embedded/target", extra_args=cpu_server_args(), cpu=True) as server:
+    ...     server.post("/generate", {"text": "def ", "sampling_params": {"max_new_tokens": 8}})
+    """
+
+    def __init__(self, model_path: str | Path, *, extra_args: list[str] = (), cpu: bool = True,
+                 log_path: str | Path | None = None, host: str = "127.0.0.1", port: int | None = None):
+        self.host, self.port = host, port or free_port()
+        self.url = f"http://{host}:{self.port}"
+        self.command = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_path),
+                        "--host", host, "--port", str(self.port), *extra_args]
+        self.env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1") if cpu else dict(os.environ)
+        self.log_path = Path(log_path) if log_path else Path(f"/tmp/dspark-sglang-{self.port}.log")
+        self._process: subprocess.Popen | None = None
+
+    def __enter__(self) -> "SGLangServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        log = self.log_path.open("w")
+        self._process = subprocess.Popen(self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"SGLang server exited with code {self._process.returncode} before it was "
+                                   f"ready.\n--- {self.log_path} ---\n{self.log_tail()}")
+            try:
+                self.get("/get_model_info", timeout_s=5)
+                return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(1.0)
+        self.stop()
+        raise TimeoutError(f"SGLang server not ready after {timeout_s:.0f}s.\n--- {self.log_path} ---\n"
+                           f"{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self._process is None or self._process.poll() is not None:
+            return
+        os.killpg(self._process.pid, signal.SIGTERM)
+        try:
+            self._process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self._process.pid, signal.SIGKILL)
+            self._process.wait()
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:] if self.log_path.exists() else ""
+
+    def get(self, path: str, timeout_s: float = 60) -> dict:
+        with urllib.request.urlopen(self.url + path, timeout=timeout_s) as response:
+            return json.loads(response.read())
+
+    def post(self, path: str, payload: dict, timeout_s: float = 120) -> dict:
+        request = urllib.request.Request(self.url + path, data=json.dumps(payload).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return json.loads(response.read())

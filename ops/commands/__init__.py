@@ -1,0 +1,1 @@
+"""One module per `dspark` subcommand; see dspark.ops.cli."""
