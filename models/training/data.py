@@ -1,0 +1,204 @@
+"""Training data for drafters: the target's own continuations of real prompts, or plain corpus text.
+
+DeepSpec regenerates every assistant answer with the target (T=0.7, top_p=0.8, top_k=20, DEEPSPEC_REFERENCE.md
+§2.1), so the drafter learns the distribution it will be verified against, not the corpus's. For a base code LM
+such as the embedded target there are no chat turns, so the analogue is:
+
+  source="generations" (default): prompt = a window of `prompt_len` tokens at a random offset of a training
+      document (for the embedded target: a held-in CPython stdlib file, never an eval prompt), response = the
+      target's own continuation of `response_len` tokens sampled at T/top_p/top_k (greedy at temperature 0).
+      loss_mask covers the response, including a generated EOS; tokens after an EOS are EOS padding with
+      loss_mask and attention_mask False.
+  source="corpus": windows of prompt_len + response_len tokens of the documents themselves, loss_mask on all but
+      the first prompt_len tokens (the same shape of sample, with data tokens instead of target tokens).
+
+All samples have the same length, so batches need no padding beyond the post-EOS tail. Target features are not
+stored: the trainer recomputes them online with a target forward. The token ids alone are small, so a dataset can
+be cached with save_dataset / load_dataset (a .pt file next to a JSON key: the DataConfig and the target's identity).
+
+RNG contract: every random choice (window offsets, sampled tokens) comes from one CPU torch.Generator seeded with
+DataConfig.seed; the same config, documents and target give the same dataset.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+from transformers import DynamicCache
+
+from dspark.models.errors import ConfigError
+
+SOURCES = ("generations", "corpus")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """How the training samples are built (module docstring)."""
+
+    source: str = "generations"
+    num_samples: int = 2048
+    prompt_len: int = 64
+    response_len: int = 128
+    temperature: float = 0.7  # DeepSpec's regeneration settings; 0 = greedy
+    top_p: float = 0.8
+    top_k: int = 20
+    generation_batch_size: int = 64
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ConfigError(f"data source must be one of {SOURCES}, got {self.source!r}")
+        for name in ("num_samples", "prompt_len", "response_len", "generation_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"data {name} must be >= 1, got {getattr(self, name)}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise ConfigError(
+                f"sampling needs temperature >= 0, 0 < top_p <= 1, top_k >= 0 (0 = off); got "
+                f"temperature={self.temperature}, top_p={self.top_p}, top_k={self.top_k}"
+            )
+
+    @property
+    def seq_len(self) -> int:
+        return self.prompt_len + self.response_len
+
+
+@dataclass(frozen=True)
+class TokenDataset:
+    """Fixed-length training samples."""
+
+    input_ids: torch.Tensor  # [n, seq] long
+    loss_mask: torch.Tensor  # [n, seq] bool, trained (response) tokens
+    attention_mask: torch.Tensor  # [n, seq] bool, False on post-EOS padding
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, index: torch.Tensor) -> TokenDataset:
+        """The samples at `index` ([n_sel] long), e.g. one micro-batch."""
+        return TokenDataset(self.input_ids[index], self.loss_mask[index], self.attention_mask[index])
+
+
+def sample_windows(
+    documents: list[torch.Tensor],  # each [doc_len] long
+    length: int,
+    count: int,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """`count` windows of `length` tokens at uniformly random offsets, documents weighted by their window count.
+
+    Returns [count, length] long. Documents shorter than `length` are skipped.
+    """
+    usable = [doc for doc in documents if doc.numel() >= length]
+    if not usable:
+        raise ConfigError(f"no training document has >= {length} tokens (prompt_len + response_len); lower them")
+    n_starts = torch.tensor([doc.numel() - length + 1 for doc in usable], dtype=torch.float64)
+    doc_index = torch.multinomial(n_starts, count, replacement=True, generator=generator)
+    offsets = (torch.rand(count, generator=generator, dtype=torch.float64) * n_starts[doc_index]).long()
+    return torch.stack([usable[d][o : o + length] for d, o in zip(doc_index.tolist(), offsets.tolist())])
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Keep the top_k logits (0 = all), then the smallest set whose probability reaches top_p; others -inf.
+
+    logits: [bs, vocab] (already divided by the temperature). Returns [bs, vocab].
+    """
+    if top_k > 0:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        # Drop a token when the mass before it already reaches top_p (the first token is always kept).
+        drop_sorted = (cum - torch.softmax(sorted_logits, dim=-1)) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def next_tokens(logits: torch.Tensor, cfg: DataConfig, generator: torch.Generator) -> torch.Tensor:
+    """Greedy at temperature 0, else a sample from the filtered distribution. logits: [bs, vocab] -> [bs] long."""
+    if cfg.temperature == 0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(filter_logits(logits.float() / cfg.temperature, cfg.top_k, cfg.top_p), dim=-1)
+    return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
+
+
+@torch.no_grad()
+def continue_prompts(
+    target: torch.nn.Module,
+    prompts: torch.Tensor,  # [bs, prompt_len] long
+    cfg: DataConfig,
+    eos_token_id: int,
+    generator: torch.Generator,
+) -> TokenDataset:
+    """Append the target's continuation of cfg.response_len tokens to each prompt (KV-cached decoding)."""
+    bs = prompts.shape[0]
+    cache = DynamicCache()
+    logits = target(input_ids=prompts, past_key_values=cache, use_cache=True).logits[:, -1]
+    finished = torch.zeros(bs, dtype=torch.bool, device=prompts.device)
+    response, alive = [], []
+    for _ in range(cfg.response_len):
+        token = next_tokens(logits, cfg, generator)
+        token = torch.where(finished, torch.full_like(token, eos_token_id), token)
+        alive.append(~finished)
+        response.append(token)
+        finished = finished | (token == eos_token_id)
+        if finished.all():
+            break
+        logits = target(input_ids=token[:, None], past_key_values=cache, use_cache=True).logits[:, -1]
+    n_missing = cfg.response_len - len(response)
+    response += [torch.full_like(response[0], eos_token_id)] * n_missing
+    alive += [torch.zeros_like(alive[0])] * n_missing
+    response_mask = torch.stack(alive, dim=1)
+    prompt_mask = torch.ones_like(prompts, dtype=torch.bool)
+    return TokenDataset(
+        input_ids=torch.cat([prompts, torch.stack(response, dim=1)], dim=1),
+        loss_mask=torch.cat([torch.zeros_like(prompt_mask), response_mask], dim=1),
+        attention_mask=torch.cat([prompt_mask, response_mask], dim=1),
+    )
+
+
+def build_dataset(
+    documents: list[torch.Tensor],  # each [doc_len] long, training documents only
+    cfg: DataConfig,
+    target: torch.nn.Module | None = None,
+    eos_token_id: int | None = None,
+    progress: bool = True,
+) -> TokenDataset:
+    """Build cfg.num_samples samples from the documents (and the target, for source="generations")."""
+    generator = torch.Generator().manual_seed(cfg.seed)
+    if cfg.source == "corpus":
+        ids = sample_windows(documents, cfg.seq_len, cfg.num_samples, generator)
+        loss_mask = torch.ones_like(ids, dtype=torch.bool)
+        loss_mask[:, : cfg.prompt_len] = False
+        return TokenDataset(ids, loss_mask, torch.ones_like(loss_mask))
+    if target is None or eos_token_id is None:
+        raise ValueError("source='generations' needs the target model and its eos_token_id")
+    prompts = sample_windows(documents, cfg.prompt_len, cfg.num_samples, generator)
+    device = next(target.parameters()).device
+    parts = []
+    starts = range(0, cfg.num_samples, cfg.generation_batch_size)
+    for start in tqdm(starts, desc="generating training data", unit="batch", disable=not progress):
+        chunk = prompts[start : start + cfg.generation_batch_size].to(device)
+        parts.append(continue_prompts(target, chunk, cfg, eos_token_id, generator))
+    return TokenDataset(*(torch.cat([getattr(p, f) for p in parts]).cpu() for f in ("input_ids", "loss_mask", "attention_mask")))
+
+
+def save_dataset(dataset: TokenDataset, key: dict, path: Path) -> None:
+    """Write the samples to `path` (.pt) and the JSON `key` that identifies them (DataConfig, target, ...)
+    to `path`.json."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(dataclasses.asdict(dataset), path)
+    path.with_suffix(".json").write_text(json.dumps(key, indent=2, sort_keys=True) + "\n")
+
+
+def load_dataset(path: Path, key: dict) -> TokenDataset | None:
+    """The cached dataset at `path` if it was saved with exactly this `key`, else None."""
+    meta = path.with_suffix(".json")
+    if not path.exists() or not meta.exists() or json.loads(meta.read_text()) != json.loads(json.dumps(key)):
+        return None
+    return TokenDataset(**torch.load(path))

@@ -1,0 +1,106 @@
+"""Training data: windows, sampling filters, target continuations, EOS handling, cache."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from dspark.models.errors import ConfigError
+from dspark.models.training.data import (
+    DataConfig,
+    build_dataset,
+    continue_prompts,
+    filter_logits,
+    load_dataset,
+    sample_windows,
+    save_dataset,
+)
+
+from training_helpers import EOS_ID
+
+
+def test_windows_come_from_long_enough_documents(tiny_documents):
+    windows = sample_windows(tiny_documents, 20, 50, torch.Generator().manual_seed(0))
+    assert windows.shape == (50, 20)
+    joined = [doc.tolist() for doc in tiny_documents]
+    for row in windows.tolist():
+        assert any(row == doc[i : i + 20] for doc in joined for i in range(len(doc) - 19))
+    with pytest.raises(ConfigError, match="no training document"):
+        sample_windows(tiny_documents, 1000, 1, torch.Generator())
+
+
+def test_filter_logits_top_k_and_top_p():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    logits = probs.log()
+    kept = lambda out: torch.isfinite(out).int().tolist()  # noqa: E731
+    assert kept(filter_logits(logits, top_k=2, top_p=1.0)) == [[1, 1, 0, 0]]
+    assert kept(filter_logits(logits, top_k=0, top_p=0.8)) == [[1, 1, 0, 0]]  # .5+.3 reaches .8
+    assert kept(filter_logits(logits, top_k=0, top_p=0.81)) == [[1, 1, 1, 0]]
+    assert kept(filter_logits(logits, top_k=0, top_p=0.4)) == [[1, 0, 0, 0]]
+
+
+def test_greedy_continuation_equals_hf_generate(tiny_target):
+    prompts = torch.randint(2, 64, (3, 5), generator=torch.Generator().manual_seed(1))
+    cfg = DataConfig(prompt_len=5, response_len=6, temperature=0.0)
+    data = continue_prompts(tiny_target, prompts, cfg, EOS_ID, torch.Generator())
+    reference = tiny_target.generate(
+        prompts, attention_mask=torch.ones_like(prompts), do_sample=False, max_new_tokens=6, eos_token_id=-1
+    )
+    assert torch.equal(data.input_ids, reference)
+    assert data.loss_mask.int().tolist() == [[0] * 5 + [1] * 6] * 3
+
+
+class _EosAfter(torch.nn.Module):
+    """A fake target that emits token 5, then EOS at the `eos_step`-th response token, for every row."""
+
+    def __init__(self, eos_step: int) -> None:
+        super().__init__()
+        self.eos_step, self.calls = eos_step, 0
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, **_):
+        token = EOS_ID if self.calls == self.eos_step else 5
+        self.calls += 1
+        logits = torch.full((input_ids.shape[0], input_ids.shape[1], 8), -10.0)
+        logits[..., token] = 10.0
+        return SimpleNamespace(logits=logits)
+
+
+def test_eos_is_trained_and_followed_by_masked_padding():
+    cfg = DataConfig(prompt_len=2, response_len=5, temperature=0.0)
+    data = continue_prompts(_EosAfter(eos_step=2), torch.tensor([[3, 4]]), cfg, EOS_ID, torch.Generator())
+    assert data.input_ids.tolist() == [[3, 4, 5, 5, EOS_ID, EOS_ID, EOS_ID]]
+    assert data.loss_mask.int().tolist() == [[0, 0, 1, 1, 1, 0, 0]]
+    assert data.attention_mask.int().tolist() == [[1, 1, 1, 1, 1, 0, 0]]
+
+
+def test_sampled_dataset_is_seeded_and_shaped(tiny_target, tiny_documents):
+    cfg = DataConfig(num_samples=6, prompt_len=8, response_len=6, generation_batch_size=4, seed=3)
+    a = build_dataset(tiny_documents, cfg, tiny_target, EOS_ID, progress=False)
+    b = build_dataset(tiny_documents, cfg, tiny_target, EOS_ID, progress=False)
+    assert a.input_ids.shape == (6, 14) and torch.equal(a.input_ids, b.input_ids)
+    assert not a.loss_mask[:, :8].any()
+    c = build_dataset(tiny_documents, DataConfig(**{**cfg.__dict__, "seed": 4}), tiny_target, EOS_ID, progress=False)
+    assert not torch.equal(a.input_ids, c.input_ids)
+
+
+def test_corpus_source_masks_the_prompt(tiny_documents):
+    cfg = DataConfig(source="corpus", num_samples=4, prompt_len=3, response_len=5)
+    data = build_dataset(tiny_documents, cfg)
+    assert data.loss_mask.int().tolist() == [[0, 0, 0, 1, 1, 1, 1, 1]] * 4
+
+
+def test_cache_round_trip_only_for_the_same_key(tmp_path, tiny_documents):
+    cfg = DataConfig(source="corpus", num_samples=4, prompt_len=3, response_len=5)
+    data = build_dataset(tiny_documents, cfg)
+    path = tmp_path / "data.pt"
+    save_dataset(data, {"data": cfg.__dict__, "target": "abc"}, path)
+    loaded = load_dataset(path, {"data": cfg.__dict__, "target": "abc"})
+    assert loaded is not None and torch.equal(loaded.input_ids, data.input_ids)
+    assert load_dataset(path, {"data": cfg.__dict__, "target": "other"}) is None
+
+
+def test_data_config_validation():
+    with pytest.raises(ConfigError, match="source"):
+        DataConfig(source="web")
+    with pytest.raises(ConfigError, match="top_p"):
+        DataConfig(top_p=0.0)
