@@ -74,6 +74,9 @@ class DrafterConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"{name} must be a positive number, got {value!r}")
+        for name in ("enable_confidence_head", "confidence_head_with_markov", "sample_from_anchor"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         self._check_target_layer_ids()
         self._check_heads()
 
@@ -154,8 +157,8 @@ def target_dimensions(text_config: Any) -> dict:
         num_key_value_heads=get("num_key_value_heads") or heads,
         head_dim=get("head_dim") or get("hidden_size") // heads,
         intermediate_size=get("intermediate_size"),
-        rope_theta=float(rope_theta if rope_theta is not None else get("rope_theta", 10000.0)),
-        rms_norm_eps=float(get("rms_norm_eps", 1e-6)),
+        rope_theta=rope_theta if rope_theta is not None else get("rope_theta", 10000.0),
+        rms_norm_eps=get("rms_norm_eps", 1e-6),
         max_position_embeddings=get("max_position_embeddings", 32768),
         num_target_layers=get("num_hidden_layers"),
     )

@@ -1,0 +1,247 @@
+"""Drafter checkpoints in the HF layout SGLang 0.5.23 serves and DeepSpec's released drafters use.
+
+A checkpoint is a directory with `config.json` and `model.safetensors`:
+- DSpark -> architectures ["Qwen3DSparkModel"] (SGLang `--speculative-algorithm DSPARK`, class
+  srt/models/dspark.py::Qwen3DSparkModel). model_type "qwen3" with the draft's dims, plus block_size (= gamma),
+  target_layer_ids, mask_token_id, markov_rank, markov_head_type, enable_confidence_head,
+  confidence_head_with_markov, sample_from_anchor, num_target_layers. Weights: fc, hidden_norm, norm,
+  layers.N.{input_layernorm, post_attention_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
+  mlp.{gate,up,down}_proj}, markov_head.markov_w1/markov_w2 (+ gate_proj or joint_proj), confidence_head.proj,
+  and the frozen embed_tokens/lm_head copies (SGLang skips those and shares the target's).
+- DFlash with sample_from_anchor=False (the original DFlash layout) -> ["DFlashDraftModel"] (SGLang
+  `--speculative-algorithm DFLASH`, srt/models/dflash.py::DFlashDraftModel); there block_size counts the
+  anchor slot, so it is gamma + 1. Same weights without the heads.
+  DFlash with sample_from_anchor=True (DeepSpec's layout) -> ["Qwen3DSparkModel"] with markov_rank 0, as DeepSpec
+  saves it; SGLang 0.5.23 cannot serve that one (DSPARK needs a Markov head, DFLASH reads other slots).
+- Eagle3 -> ["LlamaForCausalLMEagle3"] (SGLang `--speculative-algorithm EAGLE3`, srt/models/llama_eagle3.py):
+  model_type "llama", eagle_config.eagle_aux_hidden_state_layer_ids = target_layer_ids (SGLang adds the +1
+  itself), draft_vocab_size = vocab_size (full vocab, own lm_head), block_size (= gamma, ours). Weights: fc,
+  midlayer.* (SGLang maps it to layers.0), norm, lm_head, embed_tokens.
+
+`load_drafter(path, target_config)` refuses, with a CheckpointError naming each mismatch, a checkpoint that is
+malformed or does not fit the target: hidden size, vocab size, target layer count and ids (out of range or the
+final layer), mask token outside the vocab, and missing / unexpected / wrong-shape weights.
+"""
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
+from dspark.models.drafters.config import target_dimensions
+from dspark.models.errors import CheckpointError, ConfigError
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+ARCH_DSPARK = "Qwen3DSparkModel"
+ARCH_DFLASH = "DFlashDraftModel"
+ARCH_EAGLE3 = "LlamaForCausalLMEagle3"
+DEFAULT_EAGLE3_GAMMA = 7  # the reference's TTT horizon, for Eagle3 checkpoints that do not record block_size
+
+
+def architecture(config: DrafterConfig) -> str:
+    if config.kind == "eagle3":
+        return ARCH_EAGLE3
+    if config.kind == "dflash" and not config.sample_from_anchor:
+        return ARCH_DFLASH
+    return ARCH_DSPARK
+
+
+def config_to_json(config: DrafterConfig, dtype: torch.dtype) -> dict:
+    """The config.json of a drafter (see module docstring)."""
+    arch = architecture(config)
+    out = {
+        "architectures": [arch],
+        "model_type": "llama" if arch == ARCH_EAGLE3 else "qwen3",
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_hidden_layers": config.num_hidden_layers,
+        "num_attention_heads": config.num_attention_heads,
+        "num_key_value_heads": config.num_key_value_heads,
+        "head_dim": config.head_dim,
+        "hidden_act": "silu",
+        "rms_norm_eps": config.rms_norm_eps,
+        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
+        "max_position_embeddings": config.max_position_embeddings,
+        "initializer_range": config.initializer_range,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "dtype": str(dtype).removeprefix("torch."),
+        "num_target_layers": config.num_target_layers,
+    }
+    if arch == ARCH_EAGLE3:
+        out.update(mlp_bias=False, draft_vocab_size=config.vocab_size, target_hidden_size=config.hidden_size,
+                   block_size=config.block_size,
+                   eagle_config={"eagle_aux_hidden_state_layer_ids": list(config.target_layer_ids),
+                                 "use_aux_hidden_state": True})
+        return out
+    out.update(
+        layer_types=["full_attention"] * config.num_hidden_layers,
+        block_size=config.block_slots if arch == ARCH_DFLASH else config.block_size,
+        target_layer_ids=list(config.target_layer_ids),
+        mask_token_id=config.mask_token_id,
+        markov_rank=config.markov_rank,
+        markov_head_type=config.markov_head_type,
+        enable_confidence_head=config.enable_confidence_head,
+        confidence_head_with_markov=config.confidence_head_with_markov,
+        sample_from_anchor=config.sample_from_anchor,
+    )
+    return out
+
+
+def config_from_json(raw: Any, *, source: str = CONFIG_FILE, target_num_layers: Optional[int] = None) -> DrafterConfig:
+    """Parse a drafter config.json; malformed or invalid content raises CheckpointError naming the field.
+
+    target_num_layers fills num_target_layers when the file does not record it (DeepSpec's checkpoints);
+    without either, the smallest target the layer ids allow is assumed.
+    """
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{source}: expected a JSON object, got {type(raw).__name__}")
+    # Published drafts may nest their draft keys, as SGLang's parsers accept.
+    fields = {**raw, **_nested(raw, "dflash_config", source), **_nested(raw, "dspark_config", source)}
+    archs = fields.get("architectures")
+    if not isinstance(archs, list) or not archs or archs[0] not in (ARCH_DSPARK, ARCH_DFLASH, ARCH_EAGLE3):
+        raise CheckpointError(f"{source}: architectures must be [{ARCH_DSPARK!r}], [{ARCH_DFLASH!r}] or "
+                              f"[{ARCH_EAGLE3!r}], got {archs!r}; this is not a dspark drafter checkpoint")
+    for name in ("vocab_size", "hidden_size", "num_attention_heads", "intermediate_size"):
+        _require(fields, name, int, source)
+    try:
+        dims = target_dimensions(fields)
+    except ConfigError as err:
+        raise CheckpointError(f"{source}: {err}") from err
+    if archs[0] == ARCH_EAGLE3:
+        eagle = _nested(raw, "eagle_config", source)
+        settings = dict(kind="eagle3", block_size=fields.get("block_size", DEFAULT_EAGLE3_GAMMA),
+                        target_layer_ids=_require(eagle, "eagle_aux_hidden_state_layer_ids", list, source))
+    else:
+        settings = _block_settings(fields, archs[0], source)
+    ids = settings["target_layer_ids"]
+    recorded = fields.get("num_target_layers")
+    fallback = target_num_layers or (max(ids) + 2 if ids and all(isinstance(i, int) for i in ids) else 2)
+    dims["num_target_layers"] = recorded if recorded is not None else fallback
+    try:
+        return DrafterConfig(**dims, num_hidden_layers=_require(fields, "num_hidden_layers", int, source),
+                             initializer_range=fields.get("initializer_range", 0.02), **settings)
+    except ConfigError as err:
+        raise CheckpointError(f"{source}: {err}") from err
+
+
+def _block_settings(fields: dict, arch: str, source: str) -> dict:
+    block_size = _require(fields, "block_size", int, source)
+    markov_rank = fields.get("markov_rank", 0)
+    if arch == ARCH_DFLASH:  # SGLang's DFLASH block counts the anchor slot and reads drafts from slots 1..
+        if fields.get("sample_from_anchor") is True:
+            raise CheckpointError(f"{source}: {ARCH_DFLASH} drafts from the slots after the anchor, but the file "
+                                  f"sets sample_from_anchor=true; save it as {ARCH_DSPARK} with markov_rank 0")
+        gamma, sample_from_anchor, kind = block_size - 1, False, "dflash"
+    else:
+        gamma, sample_from_anchor = block_size, fields.get("sample_from_anchor", True)
+        kind = "dspark" if markov_rank else "dflash"
+    return dict(kind=kind, block_size=gamma, sample_from_anchor=sample_from_anchor,
+                target_layer_ids=_require(fields, "target_layer_ids", list, source),
+                mask_token_id=_require(fields, "mask_token_id", int, source), markov_rank=markov_rank,
+                markov_head_type=fields.get("markov_head_type", "vanilla"),
+                enable_confidence_head=fields.get("enable_confidence_head", False),
+                confidence_head_with_markov=fields.get("confidence_head_with_markov", False))
+
+
+def check_fits_target(config: DrafterConfig, target_config: Any, *, source: str = "checkpoint") -> None:
+    """Raise one CheckpointError listing every way the drafter does not fit the target's HF config."""
+    text = target_config.get_text_config() if hasattr(target_config, "get_text_config") else target_config
+    get = text.get if isinstance(text, dict) else lambda key: getattr(text, key, None)
+    hidden, vocab, layers = get("hidden_size"), get("vocab_size"), get("num_hidden_layers")
+    problems = []
+    if config.hidden_size != hidden:
+        problems.append(f"hidden_size is {config.hidden_size}, the target's is {hidden}")
+    if config.vocab_size != vocab:
+        problems.append(f"vocab_size is {config.vocab_size}, the target's is {vocab}")
+    if config.num_target_layers != layers:
+        problems.append(f"num_target_layers is {config.num_target_layers}, the target has {layers} layers")
+    for layer_id in config.target_layer_ids:
+        if layer_id >= layers:
+            problems.append(f"target_layer_ids contains {layer_id}, outside the target's layers 0..{layers - 1}")
+        elif layer_id == layers - 1:
+            problems.append(f"target_layer_ids contains {layer_id}, the target's final layer (SGLang captures before "
+                            f"layer l + 1, which does not exist)")
+    if config.mask_token_id is not None and config.mask_token_id >= vocab:
+        problems.append(f"mask_token_id {config.mask_token_id} is outside the target's vocab (size {vocab})")
+    if problems:
+        raise CheckpointError(f"{source} does not fit the target: " + "; ".join(problems)
+                              + ". Use a drafter trained for this target.")
+
+
+def save_drafter(drafter: Drafter, directory) -> Path:
+    """Write config.json and model.safetensors into directory (created if missing); returns it."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / CONFIG_FILE).write_text(json.dumps(config_to_json(drafter.config, drafter.dtype), indent=2) + "\n")
+    tensors = {name: t.detach().cpu().contiguous() for name, t in drafter.state_dict().items()}
+    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    return directory
+
+
+def load_drafter(directory, target_config: Any = None, *, dtype: Optional[torch.dtype] = None,
+                 device="cpu") -> Drafter:
+    """Load a drafter; given the target's HF config, first check that it fits (see module docstring).
+
+    dtype defaults to the stored weights' dtype. The embedding and lm_head come back frozen.
+    """
+    directory = Path(directory)
+    config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
+    for path in (config_path, weights_path):
+        if not path.is_file():
+            raise CheckpointError(f"{path} is missing; a drafter checkpoint holds {CONFIG_FILE} and {WEIGHTS_FILE}")
+    try:
+        raw = json.loads(config_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{config_path} is not valid JSON: {err}") from err
+    target_layers = None
+    if target_config is not None:
+        text = target_config.get_text_config() if hasattr(target_config, "get_text_config") else target_config
+        target_layers = text.get("num_hidden_layers") if isinstance(text, dict) else text.num_hidden_layers
+    config = config_from_json(raw, source=str(config_path), target_num_layers=target_layers)
+    if target_config is not None:
+        check_fits_target(config, target_config, source=str(directory))
+    try:
+        tensors = load_file(str(weights_path), device=str(device))
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{weights_path} cannot be read as safetensors: {err}") from err
+    drafter = DRAFTER_CLASSES[config.kind](config)
+    _check_weights(drafter, tensors, str(weights_path))
+    stored = next(t.dtype for t in tensors.values() if t.is_floating_point())
+    drafter.load_state_dict(tensors)
+    return drafter.to(device=device, dtype=dtype or stored)
+
+
+def _check_weights(drafter: Drafter, tensors: dict, source: str) -> None:
+    expected = {name: tuple(t.shape) for name, t in drafter.state_dict().items()}
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    wrong = [f"{name} is {tuple(tensors[name].shape)}, expected {expected[name]}"
+             for name in sorted(set(expected) & set(tensors)) if tuple(tensors[name].shape) != expected[name]]
+    problems = ([f"missing weights {missing}"] if missing else []) + \
+               ([f"unexpected weights {unexpected}"] if unexpected else []) + \
+               ([f"wrong shapes: {'; '.join(wrong)}"] if wrong else [])
+    if problems:
+        raise CheckpointError(f"{source} does not match its {CONFIG_FILE} ({drafter.config.kind}): "
+                              + "; ".join(problems) + ". Re-save the drafter or fix config.json.")
+
+
+def _nested(raw: dict, key: str, source: str) -> dict:
+    value = raw.get(key) or {}
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{source}: {key} must be a JSON object, got {value!r}")
+    return value
+
+
+def _require(fields: dict, name: str, kind: type, source: str):
+    if name not in fields or fields[name] is None:
+        raise CheckpointError(f"{source}: required field {name!r} is missing")
+    value = fields[name]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise CheckpointError(f"{source}: {name} must be a {kind.__name__}, got {value!r}")
+    return value
