@@ -29,8 +29,10 @@ value independent of the prompt fraction.
 Data parallelism: `weight_total` lets the caller pass the normaliser all-reduced over ranks (the reference does
 this and multiplies the loss by world_size to cancel DDP's gradient averaging); without it the local sum is used.
 
-Every function returns LossTerms: the differentiable total plus detached scalar terms for logging, including the
-diagnostic `accept` = mean over supervised slots of c* (the expected per-step acceptance rate of the draft).
+Every function returns LossTerms: the differentiable total plus detached scalar terms for logging, each a sum over
+this rank's slots divided by the (global) normaliser, so summing a term over ranks gives its global value. The
+diagnostic `accept` is the expected acceptance rate c* of a draft token: block drafters Σ w·c* / Σ w (decay-weighted
+over slots); Eagle3 the mean of c* at step 0 (the first draft token).
 """
 from __future__ import annotations
 
@@ -133,7 +135,7 @@ def block_loss(
         c_star = acceptance_label(l1)
         l_tv = (w * l1).sum() / norm
         terms["tv"] = l_tv.item()
-        terms["accept"] = c_star.mean().item() if c_star.numel() else 0.0
+        terms["accept"] = ((w * c_star).sum() / norm).item()
         if weights.tv > 0:
             total = total + weights.tv * l_tv
         if weights.conf > 0:
@@ -170,7 +172,6 @@ def eagle3_loss(
     norm = (valid[0].sum().float() if weight_total is None else weight_total) + NORM_EPS
     total = step_logits.new_zeros((), dtype=torch.float32)
     terms: dict[str, float] = {}
-    accepts = []
     for k in range(ttt_steps):
         sel = valid[k]  # [bs, seq]
         # The target distribution for step k at position t sits at position t+k+1.
@@ -180,9 +181,8 @@ def eagle3_loss(
         step_loss = soft_ce.sum() / norm
         total = total + (step_decay**k) * step_loss
         terms[f"step{k}"] = step_loss.item()
-        with torch.no_grad():
-            accepts.append(acceptance_label(total_variation_l1(draft, shifted)))
-    accepted = torch.cat(accepts)
-    terms["accept"] = accepted.mean().item() if accepted.numel() else 0.0
+        if k == 0:
+            with torch.no_grad():
+                terms["accept"] = (acceptance_label(total_variation_l1(draft, shifted)).sum() / norm).item()
     terms["loss"] = total.item()
     return LossTerms(total=total, terms=terms)

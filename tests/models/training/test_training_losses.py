@@ -51,7 +51,7 @@ def test_dspark_terms_hand_computed():
     assert out.terms["ce"] == pytest.approx(ce, rel=1e-5)
     assert out.terms["tv"] == pytest.approx(tv, rel=1e-5)
     assert out.terms["conf"] == pytest.approx(conf_l, rel=1e-5)
-    assert out.terms["accept"] == pytest.approx((0.75 + 1.0) / 2, rel=1e-5)
+    assert out.terms["accept"] == pytest.approx((1.0 * 0.75 + W1 * 1.0) / norm, rel=1e-5)
     assert out.total.item() == pytest.approx(0.1 * ce + 0.9 * tv + 1.0 * conf_l, rel=1e-5)
 
 
@@ -147,3 +147,18 @@ def test_eagle3_matches_loop_reference():
                     ce = -(p_t * torch.log_softmax(step_logits[k, b, t], -1)).sum().item()
                     expected += 0.8**k * ce / norm
     assert eagle3_loss(step_logits, target, loss_mask).total.item() == pytest.approx(expected, rel=1e-4)
+
+
+def test_eagle3_perfect_draft_accepts_everything():
+    torch.manual_seed(1)
+    target = torch.randn(1, 6, 5)
+    loss_mask = torch.tensor([[0, 1, 1, 1, 1, 1]])
+    # Step k at position t imitates the target at t+k+1.
+    step_logits = torch.stack([torch.roll(target, -(k + 1), dims=1) for k in range(2)])
+    out = eagle3_loss(step_logits, target, loss_mask)
+    assert out.terms["accept"] == pytest.approx(1.0, rel=1e-5)
+    p = torch.softmax(target[0], -1)
+    entropy = -(p * p.log()).sum(-1)  # soft-CE of a perfect draft = the target's entropy
+    valid0 = entropy[1:5].sum()  # step 0: t = 0..3 imitates positions 1..4
+    valid1 = entropy[2:5].sum()  # step 1: t = 0..2 imitates positions 2..4
+    assert out.total.item() == pytest.approx(((valid0 + 0.8 * valid1) / 4).item(), rel=1e-5)

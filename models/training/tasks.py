@@ -1,0 +1,91 @@
+"""What one training micro-batch computes for each drafter family, given the frozen target's outputs.
+
+- BlockTask (DSpark, DFlash): sample anchor blocks (anchors.py), run the drafter's teacher-forced block forward
+  with the target features as context, and score it with block_loss against the data tokens and the target's
+  next-token distribution at p+k (losses.py).
+- Eagle3Task: run the drafter's test-time-training unroll over every position and score it with eagle3_loss.
+
+Target outputs are computed online, once per micro-batch: the concatenated hidden states of the tapped layers
+(the output of decoder layer l, as SGLang captures it) and the target's logits at every position, which are
+lm_head(final-norm(last hidden)) = the p_t of the losses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import torch
+
+from dspark.models.training.anchors import sample_blocks
+from dspark.models.training.data import TokenDataset
+from dspark.models.training.losses import BlockLossWeights, LossTerms, block_loss, eagle3_loss, eagle3_valid_mask, position_weights
+
+Reduce = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TargetOutputs:
+    hidden: torch.Tensor  # [bs, seq, n_taps*hidden] tapped layer outputs, in target_layer_ids order
+    logits: torch.Tensor  # [bs, seq, vocab] the target's next-token logits
+
+
+@torch.no_grad()
+def target_outputs(target: torch.nn.Module, batch: TokenDataset, layer_ids: tuple[int, ...]) -> TargetOutputs:
+    """One frozen target forward over the batch; HF hidden_states[l+1] is the output of decoder layer l."""
+    out = target(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(), output_hidden_states=True)
+    hidden = torch.cat([out.hidden_states[layer + 1] for layer in layer_ids], dim=-1)
+    return TargetOutputs(hidden=hidden, logits=out.logits)
+
+
+class TrainTask(Protocol):
+    target_layer_ids: tuple[int, ...]
+
+    def loss(
+        self, model: torch.nn.Module, batch: TokenDataset, target: TargetOutputs, generator: torch.Generator, reduce: Reduce
+    ) -> LossTerms:
+        """The micro-batch loss; `model(**kw)` runs drafter.forward_train; `reduce` sums a tensor over ranks."""
+
+
+@dataclass(frozen=True)
+class BlockTask:
+    """DSpark / DFlash: anchor blocks of `gamma` slots, `n_anchors` per sequence."""
+
+    target_layer_ids: tuple[int, ...]
+    gamma: int
+    n_anchors: int
+    weights: BlockLossWeights
+
+    def loss(self, model, batch, target, generator, reduce) -> LossTerms:
+        blocks = sample_blocks(batch.input_ids, batch.loss_mask, self.n_anchors, self.gamma, generator)
+        out = model(target_hidden=target.hidden, input_ids=batch.input_ids, anchors=blocks.anchors, block_keep=blocks.block_keep)
+        bs, n, gamma = blocks.labels.shape
+        positions = blocks.positions.clamp(max=batch.input_ids.shape[1] - 1).view(bs, n * gamma, 1)
+        slot_logits = torch.gather(target.logits, 1, positions.expand(-1, -1, target.logits.shape[-1]))
+        weight_total = reduce(position_weights(blocks.eval_mask, self.weights.decay).sum())
+        return block_loss(
+            out.draft_logits,
+            blocks.labels,
+            blocks.eval_mask,
+            self.weights,
+            target_logits=slot_logits.view(bs, n, gamma, -1),
+            confidence_logits=out.confidence_logits,
+            weight_total=weight_total,
+        )
+
+
+@dataclass(frozen=True)
+class Eagle3Task:
+    """Eagle3: a `ttt_steps`-step test-time-training unroll at every position."""
+
+    target_layer_ids: tuple[int, ...]
+    ttt_steps: int
+
+    def loss(self, model, batch, target, generator, reduce) -> LossTerms:
+        step_logits = model(
+            target_hidden=target.hidden,
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            ttt_steps=self.ttt_steps,
+        )
+        weight_total = reduce(eagle3_valid_mask(batch.loss_mask, 1)[0].sum().float())
+        return eagle3_loss(step_logits, target.logits, batch.loss_mask, weight_total=weight_total)

@@ -1,0 +1,279 @@
+"""The drafter training loop (DEEPSPEC_REFERENCE.md §2.5), single process or data-parallel under torchrun.
+
+One optimizer step = `grad_accum` micro-batches of `batch_size` samples per rank. Each micro-batch runs the frozen
+target once (online features: tapped hidden states + next-token logits), then the task's drafter forward and loss
+(tasks.py). Optimizer AdamW (β = 0.9/0.999, eps 1e-8, lr 6e-4, weight decay 0) over the trainable parameters in
+fp32; LR linear warmup over int(0.04·steps) steps (lr·(s+1)/warmup) then cosine to 0 over the remaining steps;
+gradient-norm clip 1.0; optional bf16 autocast of both forwards.
+
+Data parallelism: the caller (`dspark train` under `torchrun --nproc-per-node N`) initialises torch.distributed
+and passes a DistContext; the drafter is wrapped in DistributedDataParallel, each rank reads a disjoint slice of
+each epoch's permutation, loss normalisers are all-reduced and the loss is multiplied by world_size to cancel
+DDP's gradient averaging (reference §2.4). Only rank 0 writes checkpoints, logs and the progress bar. The single
+process path (world_size 1) never touches torch.distributed.
+
+Checkpoints: `<out>/checkpoints/step_XXXXXXX/trainer_state.pt` holds the drafter's fp32 state dict, optimizer,
+scheduler, step, wall time, log history and torch RNG state; `<out>/checkpoints/latest` names the newest. Data
+order and anchors are stateless functions of (seed, step, micro-batch, rank), so resuming from a checkpoint
+continues exactly as an uninterrupted run would. Written every `checkpoint_every` steps and at the end (also when
+the `max_minutes` budget stops the run early).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from dspark.models.errors import CheckpointError, ConfigError
+from dspark.models.training.data import TokenDataset
+from dspark.models.training.tasks import TargetOutputs, TrainTask, target_outputs
+
+LATEST = "latest"
+STATE_FILE = "trainer_state.pt"
+LOG_FILE = "train_log.json"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings (reference §2.5 defaults)."""
+
+    steps: int = 1000
+    max_minutes: float | None = None  # stop early (and checkpoint) when this wall budget is spent
+    lr: float = 6e-4
+    weight_decay: float = 0.0
+    warmup_frac: float = 0.04
+    grad_clip: float = 1.0
+    batch_size: int = 8  # samples per micro-batch per rank
+    grad_accum: int = 1
+    bf16: bool = False
+    checkpoint_every: int = 0  # 0: only at the end
+    log_every: int = 10
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        positive = ("steps", "batch_size", "grad_accum", "log_every")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"training {name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0 or self.weight_decay < 0 or self.grad_clip <= 0:
+            raise ConfigError(f"need lr > 0, weight_decay >= 0, grad_clip > 0; got {self.lr}, {self.weight_decay}, {self.grad_clip}")
+        if not 0 <= self.warmup_frac < 1:
+            raise ConfigError(f"warmup_frac must be in [0, 1), got {self.warmup_frac}")
+        if self.checkpoint_every < 0 or (self.max_minutes is not None and self.max_minutes <= 0):
+            raise ConfigError(f"checkpoint_every must be >= 0 and max_minutes > 0; got {self.checkpoint_every}, {self.max_minutes}")
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Where this process runs; world_size 1 means no torch.distributed at all."""
+
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def all_reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
+        if self.world_size == 1:
+            return value
+        value = value.clone()
+        torch.distributed.all_reduce(value)
+        return value
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    steps: int
+    wall_s: float
+    final_terms: dict[str, float]
+    stopped_early: bool
+
+
+def lr_factor(step: int, total_steps: int, warmup_frac: float) -> float:
+    """Multiplier of the base LR at optimizer step `step` (0-indexed): linear warmup, then cosine to 0."""
+    warmup = int(warmup_frac * total_steps)
+    if step < warmup:
+        return (step + 1) / warmup
+    decay_steps = max(total_steps - warmup, 1)
+    return 0.5 * (1.0 + math.cos(math.pi * min(step - warmup, decay_steps) / decay_steps))
+
+
+def batch_indices(n_samples: int, cfg: TrainConfig, dist: DistContext, micro_index: int) -> torch.Tensor:
+    """Sample indices of global micro-batch `micro_index` on this rank: a per-epoch permutation, sliced by rank."""
+    per_batch = cfg.batch_size * dist.world_size
+    batches_per_epoch = n_samples // per_batch
+    if batches_per_epoch == 0:
+        raise ConfigError(f"dataset has {n_samples} samples, fewer than one global batch ({per_batch}): add data")
+    epoch, j = divmod(micro_index, batches_per_epoch)
+    perm = torch.randperm(n_samples, generator=torch.Generator().manual_seed(cfg.seed + epoch))
+    start = j * per_batch + dist.rank * cfg.batch_size
+    return perm[start : start + cfg.batch_size]
+
+
+class _ForwardTrain(torch.nn.Module):
+    """Routes forward() to drafter.forward_train so DDP's gradient hooks see the training forward."""
+
+    def __init__(self, drafter: torch.nn.Module) -> None:
+        super().__init__()
+        self.drafter = drafter
+
+    def forward(self, **kwargs):
+        return self.drafter.forward_train(**kwargs)
+
+
+class Trainer:
+    """Trains `drafter` on `dataset` against the frozen `target` (module docstring)."""
+
+    def __init__(
+        self,
+        drafter: torch.nn.Module,
+        target: torch.nn.Module,
+        dataset: TokenDataset,
+        task: TrainTask,
+        cfg: TrainConfig,
+        out_dir: Path,
+        dist: DistContext = DistContext(),
+        progress: bool = True,
+    ) -> None:
+        self.drafter, self.target, self.dataset, self.task, self.cfg = drafter, target, dataset, task, cfg
+        self.out_dir, self.dist, self.progress = Path(out_dir), dist, progress
+        self.target.requires_grad_(False).eval()
+        self.params = [p for p in drafter.parameters() if p.requires_grad]
+        self.model = _ForwardTrain(drafter)
+        if dist.world_size > 1:
+            ids = [dist.device.index] if dist.device.type == "cuda" else None
+            self.model = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=cfg.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_factor(s, cfg.steps, cfg.warmup_frac)
+        )
+        self.step, self.prior_wall_s, self.history = 0, 0.0, []
+
+    def _autocast(self):
+        if not self.cfg.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.dist.device.type, dtype=torch.bfloat16)
+
+    def _micro_step(self, micro_index: int, sync: bool) -> dict[str, float]:
+        cfg, dist = self.cfg, self.dist
+        batch = self.dataset.select(batch_indices(len(self.dataset), cfg, dist, micro_index))
+        batch = TokenDataset(*(t.to(dist.device) for t in (batch.input_ids, batch.loss_mask, batch.attention_mask)))
+        generator = torch.Generator().manual_seed((cfg.seed * 1_000_003 + micro_index) * dist.world_size + dist.rank)
+        no_sync = self.model.no_sync if (dist.world_size > 1 and not sync) else contextlib.nullcontext
+        with self._autocast():
+            with torch.no_grad():
+                target: TargetOutputs = target_outputs(self.target, batch, self.task.target_layer_ids)
+            with no_sync():
+                loss = self.task.loss(self.model, batch, target, generator, dist.all_reduce_sum)
+                (loss.total * dist.world_size / cfg.grad_accum).backward()
+        return self._global_terms(loss.terms)
+
+    def _global_terms(self, terms: dict[str, float]) -> dict[str, float]:
+        """Every logged term is a local sum over the global normaliser, so the global value is the sum over ranks."""
+        if self.dist.world_size == 1:
+            return terms
+        summed = self.dist.all_reduce_sum(torch.tensor(list(terms.values()), dtype=torch.float64, device=self.dist.device))
+        return dict(zip(terms, summed.tolist()))
+
+    def _optimizer_step(self) -> dict[str, float]:
+        terms: dict[str, float] = {}
+        for m in range(self.cfg.grad_accum):
+            micro = self._micro_step(self.step * self.cfg.grad_accum + m, sync=m == self.cfg.grad_accum - 1)
+            for key, value in micro.items():
+                terms[key] = terms.get(key, 0.0) + value / self.cfg.grad_accum
+        terms["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
+        terms["lr"] = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return terms
+
+    def run(self) -> TrainResult:
+        """Train from the current step to cfg.steps (or until the time budget runs out); checkpoint at the end."""
+        cfg, start = self.cfg, time.monotonic()
+        budget_s = None if cfg.max_minutes is None else cfg.max_minutes * 60.0
+        window: list[dict[str, float]] = []
+        bar = tqdm(total=cfg.steps, initial=self.step, desc="train", unit="step", disable=not (self.progress and self.dist.is_main))
+        self.drafter.train()
+        stopped_early, last = False, {}
+        while self.step < cfg.steps:
+            last = self._optimizer_step()
+            window.append(last)
+            bar.update(1)
+            if self.step % cfg.log_every == 0 or self.step == cfg.steps:
+                self._log(window, self.prior_wall_s + time.monotonic() - start)
+                bar.set_postfix({k: f"{v:.4g}" for k, v in self.history[-1].items() if k not in ("step", "wall_s")})
+                window = []
+            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < cfg.steps:
+                self.save_checkpoint(self.prior_wall_s + time.monotonic() - start)
+            if budget_s is not None and self.prior_wall_s + time.monotonic() - start >= budget_s and self.step < cfg.steps:
+                stopped_early = True
+                break
+        bar.close()
+        if window:
+            self._log(window, self.prior_wall_s + time.monotonic() - start)
+        wall_s = self.prior_wall_s + time.monotonic() - start
+        self.save_checkpoint(wall_s)
+        return TrainResult(steps=self.step, wall_s=wall_s, final_terms=self.history[-1] if self.history else last, stopped_early=stopped_early)
+
+    def _log(self, window: list[dict[str, float]], wall_s: float) -> None:
+        mean = {k: sum(t[k] for t in window) / len(window) for k in window[-1]}
+        self.history.append({"step": self.step, "wall_s": round(wall_s, 2), **mean})
+
+    def save_checkpoint(self, wall_s: float) -> Path | None:
+        """Write the resumable state for the current step and point `latest` at it (rank 0 only)."""
+        if not self.dist.is_main:
+            return None
+        directory = self.out_dir / "checkpoints" / f"step_{self.step:07d}"
+        directory.mkdir(parents=True, exist_ok=True)
+        state = {
+            "step": self.step,
+            "wall_s": wall_s,
+            "drafter": self.drafter.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "history": self.history,
+            "torch_rng": torch.get_rng_state(),
+            "train_config": asdict(self.cfg),
+        }
+        torch.save(state, directory / STATE_FILE)
+        (self.out_dir / "checkpoints" / LATEST).write_text(directory.name + "\n")
+        self.write_log(wall_s)
+        return directory
+
+    def write_log(self, wall_s: float, extra: dict | None = None) -> None:
+        """Write `<out>/train_log.json`: config, loss history and wall time (rank 0 only)."""
+        if not self.dist.is_main:
+            return
+        log = {"train_config": asdict(self.cfg), "steps": self.step, "wall_s": round(wall_s, 2), "history": self.history}
+        (self.out_dir / LOG_FILE).write_text(json.dumps({**log, **(extra or {})}, indent=1) + "\n")
+
+    def resume(self) -> bool:
+        """Load `<out>/checkpoints/latest` if present; returns whether a checkpoint was loaded."""
+        pointer = self.out_dir / "checkpoints" / LATEST
+        if not pointer.exists():
+            return False
+        path = pointer.parent / pointer.read_text().strip() / STATE_FILE
+        if not path.exists():
+            raise CheckpointError(f"{pointer} names {path.parent.name}, which has no {STATE_FILE}: delete {pointer} to start over")
+        state = torch.load(path, map_location=self.dist.device, weights_only=False)
+        if state["train_config"]["steps"] != self.cfg.steps:
+            raise CheckpointError(
+                f"checkpoint {path.parent} was trained for steps={state['train_config']['steps']}, this run has "
+                f"steps={self.cfg.steps}: the LR schedule would differ; use the same --steps or a new --out"
+            )
+        self.drafter.load_state_dict(state["drafter"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step, self.prior_wall_s, self.history = state["step"], state["wall_s"], state["history"]
+        torch.set_rng_state(state["torch_rng"].cpu())
+        return True
