@@ -16,6 +16,7 @@ from typing import Callable, Protocol
 
 import torch
 
+from dspark.models.target_features import capture_target_features
 from dspark.models.training.anchors import sample_blocks
 from dspark.models.training.data import TokenDataset
 from dspark.models.training.losses import BlockLossWeights, LossTerms, block_loss, eagle3_loss, eagle3_valid_mask, position_weights
@@ -31,10 +32,9 @@ class TargetOutputs:
 
 @torch.no_grad()
 def target_outputs(target: torch.nn.Module, batch: TokenDataset, layer_ids: tuple[int, ...]) -> TargetOutputs:
-    """One frozen target forward over the batch; HF hidden_states[l+1] is the output of decoder layer l."""
-    out = target(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(), output_hidden_states=True)
-    hidden = torch.cat([out.hidden_states[layer + 1] for layer in layer_ids], dim=-1)
-    return TargetOutputs(hidden=hidden, logits=out.logits)
+    """One frozen target forward over the batch: tapped features and lm_head(last post-norm hidden)."""
+    features = capture_target_features(target, batch.input_ids, layer_ids, attention_mask=batch.attention_mask.long())
+    return TargetOutputs(hidden=features.hidden, logits=target.get_output_embeddings()(features.last_hidden))
 
 
 class TrainTask(Protocol):

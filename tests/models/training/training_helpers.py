@@ -29,53 +29,21 @@ def build_tiny_target(seed: int = 0, layers: int = 4, hidden: int = 32, sharpnes
     return model
 
 
-class StandInBlockDrafter(torch.nn.Module):
-    """TEMPORARY stand-in with DSpark/DFlash's forward_train signature until models/drafters lands."""
-
-    def __init__(self, n_taps: int, hidden: int, vocab: int, gamma: int, confidence: bool) -> None:
-        super().__init__()
-        self.fc = torch.nn.Linear(n_taps * hidden, hidden)
-        self.emb = torch.nn.Embedding(vocab, hidden)
-        self.slot = torch.nn.Parameter(torch.zeros(gamma, hidden))
-        self.head = torch.nn.Linear(hidden, vocab)
-        self.conf = torch.nn.Linear(hidden, 1) if confidence else None
-
-    def forward_train(self, target_hidden, input_ids, anchors, block_keep):
-        from types import SimpleNamespace
-
-        ctx = torch.gather(target_hidden, 1, (anchors - 1).clamp(min=0)[..., None].expand(-1, -1, target_hidden.shape[-1]))
-        h = torch.tanh((self.fc(ctx) + self.emb(torch.gather(input_ids, 1, anchors)))[:, :, None] + self.slot)
-        conf = None if self.conf is None else self.conf(h).squeeze(-1)
-        return SimpleNamespace(draft_logits=self.head(h), confidence_logits=conf)
-
-
-class StandInEagle3(torch.nn.Module):
-    """TEMPORARY stand-in with Eagle3's forward_train signature until models/drafters lands."""
-
-    def __init__(self, n_taps: int, hidden: int, vocab: int, steps: int) -> None:
-        super().__init__()
-        self.fc = torch.nn.Linear(n_taps * hidden, hidden)
-        self.emb = torch.nn.Embedding(vocab, hidden)
-        self.step = torch.nn.Parameter(torch.zeros(steps, hidden))
-        self.head = torch.nn.Linear(hidden, vocab)
-
-    def forward_train(self, target_hidden, input_ids, attention_mask, ttt_steps):
-        h = self.fc(target_hidden) + self.emb(torch.roll(input_ids, -1, dims=1))
-        return torch.stack([self.head(torch.tanh(h + self.step[k])) for k in range(ttt_steps)])
-
-
 def make_drafter_and_task(kind: str, target, gamma: int = 4, layer_ids=(0, 1, 2), n_anchors: int = 6):
-    """A small drafter of `kind` for `target` and its training task."""
+    """A small real drafter of `kind` (1 layer, Markov rank 8 for DSpark) for `target` and its training task."""
+    from dspark.models.drafters import DRAFTER_CLASSES, DrafterConfig
     from dspark.models.training.losses import DFLASH_LOSS, DSPARK_LOSS
     from dspark.models.training.tasks import BlockTask, Eagle3Task
 
-    hidden, vocab = target.config.hidden_size, target.config.vocab_size
+    heads = dict(markov_rank=8, enable_confidence_head=True, confidence_head_with_markov=True) if kind == "dspark" else {}
+    mask = None if kind == "eagle3" else MASK_ID
+    config = DrafterConfig.from_target(target.config, kind=kind, block_size=gamma, target_layer_ids=layer_ids,
+                                       num_hidden_layers=1, mask_token_id=mask, **heads)
     torch.manual_seed(1)
+    drafter = DRAFTER_CLASSES[kind].from_target(target, config)
     if kind == "eagle3":
-        return StandInEagle3(len(layer_ids), hidden, vocab, gamma), Eagle3Task(tuple(layer_ids), gamma)
-    drafter = StandInBlockDrafter(len(layer_ids), hidden, vocab, gamma, confidence=kind == "dspark")
-    weights = DSPARK_LOSS if kind == "dspark" else DFLASH_LOSS
-    return drafter, BlockTask(tuple(layer_ids), gamma, n_anchors, weights)
+        return drafter, Eagle3Task(tuple(layer_ids), gamma)
+    return drafter, BlockTask(tuple(layer_ids), gamma, n_anchors, DSPARK_LOSS if kind == "dspark" else DFLASH_LOSS)
 
 
 def ddp_worker(rank: int, world_size: int, rendezvous: str, out_file: str, steps: int, batch_size: int) -> None:
