@@ -1,0 +1,16 @@
+"""Fixtures shared by the whole suite: a tiny random Qwen3 target (never the committed embedded weights)."""
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+TINY_TARGET_CONFIG = dict(vocab_size=64, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                          num_key_value_heads=2, head_dim=8, intermediate_size=64, tie_word_embeddings=True,
+                          eos_token_id=0, pad_token_id=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_target() -> Qwen3ForCausalLM:
+    """A 4-layer random Qwen3ForCausalLM (vocab 64, hidden 32, 4 heads / 2 KV heads); config at .config."""
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    torch.manual_seed(0)
+    return Qwen3ForCausalLM(Qwen3Config(**TINY_TARGET_CONFIG)).eval()
