@@ -81,6 +81,10 @@ class DistContext:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            torch.distributed.barrier()
+
     def all_reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
         if self.world_size == 1:
             return value

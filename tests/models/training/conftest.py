@@ -5,7 +5,7 @@ from training_helpers import TINY_VOCAB, build_tiny_target
 
 
 @pytest.fixture(scope="module")
-def tiny_target():
+def peaked_target():
     # Tiny matmuls: one thread is several times faster than two on a shared, loaded 2-core machine.
     torch.set_num_threads(1)
     return build_tiny_target()

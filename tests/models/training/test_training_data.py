@@ -38,11 +38,11 @@ def test_filter_logits_top_k_and_top_p():
     assert kept(filter_logits(logits, top_k=0, top_p=0.4)) == [[1, 0, 0, 0]]
 
 
-def test_greedy_continuation_equals_hf_generate(tiny_target):
+def test_greedy_continuation_equals_hf_generate(peaked_target):
     prompts = torch.randint(2, 64, (3, 5), generator=torch.Generator().manual_seed(1))
     cfg = DataConfig(prompt_len=5, response_len=6, temperature=0.0)
-    data = continue_prompts(tiny_target, prompts, cfg, EOS_ID, torch.Generator())
-    reference = tiny_target.generate(
+    data = continue_prompts(peaked_target, prompts, cfg, EOS_ID, torch.Generator())
+    reference = peaked_target.generate(
         prompts, attention_mask=torch.ones_like(prompts), do_sample=False, max_new_tokens=6, eos_token_id=-1
     )
     assert torch.equal(data.input_ids, reference)
@@ -73,13 +73,13 @@ def test_eos_is_trained_and_followed_by_masked_padding():
     assert data.attention_mask.int().tolist() == [[1, 1, 1, 1, 1, 0, 0]]
 
 
-def test_sampled_dataset_is_seeded_and_shaped(tiny_target, tiny_documents):
+def test_sampled_dataset_is_seeded_and_shaped(peaked_target, tiny_documents):
     cfg = DataConfig(num_samples=6, prompt_len=8, response_len=6, generation_batch_size=4, seed=3)
-    a = build_dataset(tiny_documents, cfg, tiny_target, EOS_ID, progress=False)
-    b = build_dataset(tiny_documents, cfg, tiny_target, EOS_ID, progress=False)
+    a = build_dataset(tiny_documents, cfg, peaked_target, EOS_ID, progress=False)
+    b = build_dataset(tiny_documents, cfg, peaked_target, EOS_ID, progress=False)
     assert a.input_ids.shape == (6, 14) and torch.equal(a.input_ids, b.input_ids)
     assert not a.loss_mask[:, :8].any()
-    c = build_dataset(tiny_documents, DataConfig(**{**cfg.__dict__, "seed": 4}), tiny_target, EOS_ID, progress=False)
+    c = build_dataset(tiny_documents, DataConfig(**{**cfg.__dict__, "seed": 4}), peaked_target, EOS_ID, progress=False)
     assert not torch.equal(a.input_ids, c.input_ids)
 
 

@@ -12,9 +12,9 @@ from dspark.models.training.trainer import DistContext, TrainConfig, Trainer, ba
 
 
 @pytest.fixture(scope="module")
-def tiny_dataset(tiny_target, tiny_documents):
+def tiny_dataset(peaked_target, tiny_documents):
     cfg = DataConfig(num_samples=16, prompt_len=8, response_len=16, generation_batch_size=16, seed=0)
-    return build_dataset(tiny_documents, cfg, tiny_target, EOS_ID, progress=False)
+    return build_dataset(tiny_documents, cfg, peaked_target, EOS_ID, progress=False)
 
 
 def test_lr_schedule_warmup_then_cosine_to_zero():
@@ -36,10 +36,10 @@ def test_batches_cover_each_epoch_once_and_split_by_rank():
 
 
 @pytest.mark.parametrize("kind", ["dspark", "dflash", "eagle3"])
-def test_few_steps_decrease_loss(kind, tiny_target, tiny_dataset, tmp_path):
-    drafter, task = make_drafter_and_task(kind, tiny_target)
+def test_few_steps_decrease_loss(kind, peaked_target, tiny_dataset, tmp_path):
+    drafter, task = make_drafter_and_task(kind, peaked_target)
     cfg = TrainConfig(steps=40, lr=1e-2, batch_size=8, log_every=5, warmup_frac=0.1)
-    trainer = Trainer(drafter, tiny_target, tiny_dataset, task, cfg, tmp_path, progress=False)
+    trainer = Trainer(drafter, peaked_target, tiny_dataset, task, cfg, tmp_path, progress=False)
     result = trainer.run()
     losses = [row["loss"] for row in trainer.history]
     assert result.steps == 40 and not result.stopped_early
@@ -47,20 +47,20 @@ def test_few_steps_decrease_loss(kind, tiny_target, tiny_dataset, tmp_path):
     assert (tmp_path / "train_log.json").exists()
 
 
-def test_resume_continues_identically(tiny_target, tiny_dataset, tmp_path):
+def test_resume_continues_identically(peaked_target, tiny_dataset, tmp_path):
     cfg = TrainConfig(steps=6, lr=5e-3, batch_size=4, grad_accum=2, checkpoint_every=3, log_every=1)
-    drafter, task = make_drafter_and_task("dspark", tiny_target)
-    straight = Trainer(drafter, tiny_target, tiny_dataset, task, cfg, tmp_path / "a", progress=False)
+    drafter, task = make_drafter_and_task("dspark", peaked_target)
+    straight = Trainer(drafter, peaked_target, tiny_dataset, task, cfg, tmp_path / "a", progress=False)
     straight.run()
 
     resumed_dir = tmp_path / "b" / "checkpoints"
     shutil.copytree(tmp_path / "a" / "checkpoints" / "step_0000003", resumed_dir / "step_0000003")
     (resumed_dir / "latest").write_text("step_0000003\n")
-    fresh, _ = make_drafter_and_task("dspark", tiny_target)
+    fresh, _ = make_drafter_and_task("dspark", peaked_target)
     with torch.no_grad():
         for p in fresh.parameters():
             p.add_(1.0)  # the resumed weights must come from the checkpoint
-    resumed = Trainer(fresh, tiny_target, tiny_dataset, task, cfg, tmp_path / "b", progress=False)
+    resumed = Trainer(fresh, peaked_target, tiny_dataset, task, cfg, tmp_path / "b", progress=False)
     assert resumed.resume() and resumed.step == 3
     resumed.run()
     for (name, a), b in zip(drafter.state_dict().items(), fresh.state_dict().values()):
@@ -69,18 +69,18 @@ def test_resume_continues_identically(tiny_target, tiny_dataset, tmp_path):
     assert drop_time(straight.history) == drop_time(resumed.history)
 
 
-def test_resume_refuses_a_different_schedule(tiny_target, tiny_dataset, tmp_path):
-    drafter, task = make_drafter_and_task("dflash", tiny_target)
-    Trainer(drafter, tiny_target, tiny_dataset, task, TrainConfig(steps=2, batch_size=4), tmp_path, progress=False).run()
-    other = Trainer(drafter, tiny_target, tiny_dataset, task, TrainConfig(steps=5, batch_size=4), tmp_path, progress=False)
+def test_resume_refuses_a_different_schedule(peaked_target, tiny_dataset, tmp_path):
+    drafter, task = make_drafter_and_task("dflash", peaked_target)
+    Trainer(drafter, peaked_target, tiny_dataset, task, TrainConfig(steps=2, batch_size=4), tmp_path, progress=False).run()
+    other = Trainer(drafter, peaked_target, tiny_dataset, task, TrainConfig(steps=5, batch_size=4), tmp_path, progress=False)
     with pytest.raises(CheckpointError, match="steps=2"):
         other.resume()
 
 
-def test_time_budget_stops_early_and_checkpoints(tiny_target, tiny_dataset, tmp_path):
-    drafter, task = make_drafter_and_task("dflash", tiny_target)
+def test_time_budget_stops_early_and_checkpoints(peaked_target, tiny_dataset, tmp_path):
+    drafter, task = make_drafter_and_task("dflash", peaked_target)
     cfg = TrainConfig(steps=1000, batch_size=4, max_minutes=1e-6)
-    result = Trainer(drafter, tiny_target, tiny_dataset, task, cfg, tmp_path, progress=False).run()
+    result = Trainer(drafter, peaked_target, tiny_dataset, task, cfg, tmp_path, progress=False).run()
     assert result.stopped_early and result.steps == 1
     assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step_0000001"
 

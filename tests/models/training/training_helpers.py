@@ -76,3 +76,4 @@ def ddp_setup():
     documents = [torch.randint(2, TINY_VOCAB, (n,), generator=g) for n in (40, 90, 60)]
     cfg = DataConfig(num_samples=8, prompt_len=6, response_len=10, generation_batch_size=8)
     return target, build_dataset(documents, cfg, target, EOS_ID, progress=False)
+

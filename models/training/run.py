@@ -1,0 +1,272 @@
+"""One drafter-training job end to end: target, data, drafter, trainer, held-out check, export, model card.
+
+`dspark train` (dspark.ops.commands.train) parses the command line and the torchrun environment, then calls
+`prepare_data` and `train_job`. The pieces:
+
+- the target: a transformers causal LM directory (config, weights, tokenizer), frozen;
+- documents: the training split of the CPython stdlib corpus (dspark.models.embedded_target.corpus), tokenized
+  with the target's tokenizer; held-out files serve the held-out check. The eval prompt sets are never read;
+- DrafterSpec -> DrafterConfig (dims copied from the target) and the matching TrainTask;
+- export: config.json + model.safetensors in the SGLang/DeepSpec layout (dspark.models.checkpoint), in the chosen
+  dtype, plus train_log.json and a README.md card with the exact command that reproduces it.
+
+Default tapped layers follow the reference's released configs: up to 5 layers spread evenly over 1 .. L-3
+(Qwen3-8B's 36 layers give [1, 9, 17, 25, 33]; Qwen3-14B's 40 give [1, 10, 19, 28, 37]); a target too shallow
+for that taps every layer but the last (the embedded target's 4 layers give [0, 1, 2]).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from dspark.models.checkpoint import WEIGHTS_FILE, save_drafter
+from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
+from dspark.models.embedded_target.corpus import Corpus, load_corpus
+from dspark.models.errors import CheckpointError, ConfigError
+from dspark.models.training.data import DataConfig, TokenDataset, build_dataset, load_dataset, save_dataset
+from dspark.models.training.evaluate import greedy_acceptance
+from dspark.models.training.losses import DFLASH_LOSS, DSPARK_LOSS
+from dspark.models.training.tasks import BlockTask, Eagle3Task, TrainTask
+from dspark.models.training.trainer import LOG_FILE, DistContext, TrainConfig, Trainer
+
+DEFAULT_LAYERS = {"dspark": 5, "dflash": 5, "eagle3": 1}
+MAX_TAPS = 5
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """The drafter's own settings; its dimensions come from the target."""
+
+    kind: str
+    block_size: int = 7  # gamma (Eagle3: the TTT unroll length and chain length)
+    num_layers: int | None = None  # default DEFAULT_LAYERS[kind]
+    target_layer_ids: tuple[int, ...] | None = None  # default default_target_layer_ids(target layers)
+    markov_head: str = "vanilla"
+    markov_rank: int = 256
+    confidence_head: bool = True
+    sample_from_anchor: bool = True
+    n_anchors: int = 512
+
+    def __post_init__(self) -> None:
+        if self.kind not in DRAFTER_CLASSES:
+            raise ConfigError(f"--drafter must be one of {sorted(DRAFTER_CLASSES)}, got {self.kind!r}")
+        if self.n_anchors < 1:
+            raise ConfigError(f"--n-anchors must be >= 1, got {self.n_anchors}")
+
+
+def default_target_layer_ids(num_target_layers: int) -> tuple[int, ...]:
+    """Up to MAX_TAPS ids spread over 1 .. L-3, or every layer but the last for shallow targets (docstring)."""
+    if num_target_layers - 1 <= MAX_TAPS:
+        return tuple(range(num_target_layers - 1))
+    last = num_target_layers - 3
+    return tuple(round(1 + i * (last - 1) / (MAX_TAPS - 1)) for i in range(MAX_TAPS))
+
+
+def drafter_config(spec: DrafterSpec, target_config, mask_token_id: int | None) -> DrafterConfig:
+    layer_ids = spec.target_layer_ids or default_target_layer_ids(target_config.num_hidden_layers)
+    common = dict(kind=spec.kind, block_size=spec.block_size, target_layer_ids=layer_ids,
+                  num_hidden_layers=spec.num_layers or DEFAULT_LAYERS[spec.kind])
+    if spec.kind == "eagle3":
+        return DrafterConfig.from_target(target_config, **common)
+    if mask_token_id is None:
+        raise ConfigError(f"--drafter {spec.kind} needs a mask token: the target tokenizer has no mask_token; "
+                          "pass --mask-token-id with an unused vocabulary row")
+    heads = {}
+    if spec.kind == "dspark":
+        heads = dict(markov_rank=spec.markov_rank, markov_head_type=spec.markov_head,
+                     enable_confidence_head=spec.confidence_head, confidence_head_with_markov=spec.confidence_head)
+    return DrafterConfig.from_target(target_config, mask_token_id=mask_token_id,
+                                     sample_from_anchor=spec.sample_from_anchor, **common, **heads)
+
+
+def build_task(config: DrafterConfig, n_anchors: int) -> TrainTask:
+    if config.kind == "eagle3":
+        return Eagle3Task(config.target_layer_ids, config.block_size)
+    weights = DSPARK_LOSS if config.kind == "dspark" else DFLASH_LOSS
+    if config.kind == "dspark" and not config.enable_confidence_head:
+        weights = dataclasses.replace(DSPARK_LOSS, conf=0.0)
+    return BlockTask(config.target_layer_ids, config.block_size, n_anchors, weights)
+
+
+def load_target_config(target_dir: Path):
+    """The target's HF config and tokenizer (cheap: lets every setting be checked before weights load)."""
+    if not (target_dir / "config.json").is_file():
+        raise CheckpointError(f"--target {target_dir} has no config.json: pass a transformers model directory "
+                              "(e.g. embedded/target)")
+    return AutoConfig.from_pretrained(str(target_dir)), AutoTokenizer.from_pretrained(str(target_dir))
+
+
+def load_target(target_dir: Path, device: torch.device) -> torch.nn.Module:
+    """The frozen target model in fp32."""
+    model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).to(device).eval()
+    return model.requires_grad_(False)
+
+
+def target_fingerprint(target_dir: Path) -> str:
+    """sha256 of the target's weights file(s): part of the data-cache key and the card."""
+    digest = hashlib.sha256()
+    files = sorted(target_dir.glob("*.safetensors")) or sorted(target_dir.glob("*.bin"))
+    for path in files:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def corpus_documents(corpus: Corpus, tokenizer, split: str) -> list[torch.Tensor]:
+    """Token ids of each file of the corpus split ("train" or "held_out"), tokenized without special tokens."""
+    paths = corpus.train_files if split == "train" else corpus.held_out_files
+    return [torch.tensor(tokenizer.encode(corpus.read(p), add_special_tokens=False), dtype=torch.long) for p in paths]
+
+
+def export_drafter(drafter: Drafter, out_dir: Path, dtype: torch.dtype) -> Path:
+    """Save a copy of the drafter in `dtype` (the training copy stays fp32)."""
+    return save_drafter(copy.deepcopy(drafter).to(dtype), out_dir)
+
+
+def write_card(out_dir: Path, info: dict) -> None:
+    """README.md: what was trained on what, how long, the final losses, the held-out check, how to reproduce."""
+    final = info["final_terms"]
+    terms = ", ".join(f"{k} {v:.4f}" for k, v in final.items() if k not in ("step", "wall_s", "lr", "grad_norm"))
+    accept = info.get("held_out")
+    cfg = info["drafter_config"]
+    lines = [
+        f"# {info['kind']} drafter for {info['target']}",
+        "",
+        f"{info['kind']} drafter ({cfg['num_hidden_layers']} layer(s), gamma {cfg['block_size']}, target layers "
+        f"{cfg['target_layer_ids']}{_heads(cfg)}), trained by `dspark train` (DEEPSPEC_REFERENCE.md §2 recipe).",
+        "",
+        "## Data",
+        f"- {info['data_summary']}",
+        f"- target weights sha256 `{info['target_sha256'][:16]}...`; {info['samples']} samples of {info['seq_len']} "
+        f"tokens, {info['trained_tokens']} trained (response) tokens.",
+        "",
+        "## Training",
+        f"- {info['steps']} optimizer steps in {info['wall_s'] / 60:.1f} min ({info['wall_s']:.0f} s) of training "
+        f"wall time on {info['device']} x{info['world_size']}"
+        f"{' (stopped by the time budget)' if info['stopped_early'] else ''}; settings in train_log.json.",
+        f"- final loss terms (mean of the last logged window of <= {info['log_every']} steps): {terms}"
+        " (`accept` is the diagnostic expected acceptance rate c*, not a trained term).",
+        f"- weights stored in {info['save_dtype']}; {info['trainable_params']:,} trainable parameters "
+        f"(+ the frozen embedding and lm_head copied from the target).",
+    ]
+    if accept:
+        lines += [
+            "",
+            "## Held-out check (teacher-forced greedy acceptance, dspark.models.training.evaluate)",
+            f"- {accept['blocks']} anchors on target greedy continuations of held-out prompts: tau {accept['tau']:.3f} "
+            f"tokens per target forward; P(draft k accepted | earlier accepted) = {accept['conditional']}.",
+        ]
+    lines += ["", "## Reproduce", "```", info["command"], "```", ""]
+    (out_dir / "README.md").write_text("\n".join(lines))
+
+
+def _heads(cfg: dict) -> str:
+    if not cfg.get("markov_rank"):
+        return ""
+    conf = ", confidence head" if cfg.get("enable_confidence_head") else ""
+    return f", {cfg['markov_head_type']} Markov head rank {cfg['markov_rank']}{conf}"
+
+
+def describe_data(cfg: DataConfig, corpus: Corpus) -> str:
+    if cfg.source == "corpus":
+        return (f"corpus text: windows of {cfg.seq_len} tokens from the {len(corpus.train_files)} training files of "
+                f"the stdlib corpus (split: {corpus.held_out_percent}% held out by path hash); loss on the last "
+                f"{cfg.response_len} tokens of each window.")
+    sampling = ("greedy" if cfg.temperature == 0 else
+                f"sampled at temperature {cfg.temperature}, top_p {cfg.top_p}, top_k {cfg.top_k}")
+    return (f"the target's own continuations: prompts are {cfg.prompt_len}-token windows of the "
+            f"{len(corpus.train_files)} training files of the stdlib corpus ({corpus.held_out_percent}% held out "
+            f"by path hash, never used), responses are {cfg.response_len} tokens {sampling}; loss on the response.")
+
+
+def dataset_stats(dataset: TokenDataset) -> dict:
+    return {"samples": len(dataset), "seq_len": dataset.input_ids.shape[1], "trained_tokens": int(dataset.loss_mask.sum())}
+
+
+def save_json(path: Path, payload: dict) -> None:
+    path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+
+
+def config_json(config: DrafterConfig) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(config).items()}
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """Everything `dspark train` decided from its command line."""
+
+    target_dir: Path
+    out_dir: Path  # final export + card
+    work_dir: Path  # checkpoints and the running train_log.json
+    spec: DrafterSpec
+    data: DataConfig
+    train: TrainConfig
+    stdlib_root: Path
+    held_out_percent: int
+    data_cache_dir: Path
+    eval_samples: int = 32  # held-out greedy continuations for the acceptance check (0: skip)
+    save_dtype: str = "bfloat16"
+    resume: bool = False
+    mask_token_id: int | None = None  # default: the tokenizer's mask token
+    command: str = ""
+
+
+def cached_dataset(documents, cfg: DataConfig, target, eos_id: int, key: dict, cache_dir: Path, dist: DistContext):
+    """Load the dataset for `key` from cache_dir, or build it on rank 0 and save it; other ranks wait and load."""
+    path = cache_dir / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16] + ".pt")
+    if dist.is_main and load_dataset(path, key) is None:
+        save_dataset(build_dataset(documents, cfg, target, eos_id), key, path)
+    dist.barrier()
+    dataset = load_dataset(path, key)
+    assert dataset is not None, f"{path} vanished after it was written"
+    return dataset
+
+
+def train_job(job: TrainJob, dist: DistContext) -> dict | None:
+    """Run the job; rank 0 returns the card info (also written to out_dir), other ranks None."""
+    target_config, tokenizer = load_target_config(job.target_dir)
+    mask_id = job.mask_token_id if job.mask_token_id is not None else tokenizer.mask_token_id
+    config = drafter_config(job.spec, target_config, mask_id)
+    corpus = load_corpus(job.stdlib_root, job.held_out_percent)
+    target = load_target(job.target_dir, dist.device)
+    fingerprint = target_fingerprint(job.target_dir)
+    eos_id = tokenizer.eos_token_id
+    key = {"data": asdict(job.data), "target_sha256": fingerprint, "corpus_root": str(corpus.root),
+           "held_out_percent": corpus.held_out_percent, "split": "train"}
+    dataset = cached_dataset(corpus_documents(corpus, tokenizer, "train"), job.data, target, eos_id, key,
+                             job.data_cache_dir, dist)
+    torch.manual_seed(job.train.seed)
+    drafter = DRAFTER_CLASSES[config.kind].from_target(target, config).to(dist.device)
+    trainer = Trainer(drafter, target, dataset, build_task(config, job.spec.n_anchors), job.train, job.work_dir, dist)
+    if job.resume:
+        trainer.resume()
+    result = trainer.run()
+    if not dist.is_main:
+        return None
+    held_out = None
+    if job.eval_samples:
+        eval_cfg = dataclasses.replace(job.data, source="generations", num_samples=job.eval_samples, temperature=0.0)
+        eval_key = {**key, "data": asdict(eval_cfg), "split": "held_out"}
+        eval_set = cached_dataset(corpus_documents(corpus, tokenizer, "held_out"), eval_cfg, target, eos_id, eval_key,
+                                  job.data_cache_dir, DistContext(device=dist.device))
+        held_out = greedy_acceptance(drafter, target, eval_set, config.target_layer_ids).to_json()
+    info = {
+        "kind": config.kind, "target": str(job.target_dir), "target_sha256": fingerprint,
+        "drafter_config": config_json(config), "data_summary": describe_data(job.data, corpus), **dataset_stats(dataset),
+        "steps": result.steps, "wall_s": round(result.wall_s, 1), "stopped_early": result.stopped_early,
+        "final_terms": result.final_terms, "log_every": job.train.log_every, "device": str(dist.device),
+        "world_size": dist.world_size, "save_dtype": job.save_dtype, "held_out": held_out, "command": job.command,
+        "trainable_params": sum(p.numel() for p in drafter.parameters() if p.requires_grad),
+    }
+    job.out_dir.mkdir(parents=True, exist_ok=True)
+    export_drafter(drafter, job.out_dir, getattr(torch, job.save_dtype))
+    trainer.write_log(result.wall_s, extra={"job": info})
+    (job.out_dir / LOG_FILE).write_text((job.work_dir / LOG_FILE).read_text())
+    write_card(job.out_dir, info)
+    return info

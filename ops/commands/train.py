@@ -1,0 +1,166 @@
+"""`dspark train`: train a DSpark, DFlash or Eagle3 drafter for a target (DEEPSPEC_REFERENCE.md §2 recipe).
+
+Single process (CPU or one GPU):
+    dspark train --target embedded/target --drafter dspark --out runs/dspark --steps 2000
+
+Several GPUs (DDP; every rank runs this same command, torchrun sets RANK / WORLD_SIZE / LOCAL_RANK):
+    torchrun --nproc-per-node 8 -m dspark.ops.cli train --target DIR --drafter dspark --out runs/dspark ...
+`--batch-size` is per rank, so the global batch is batch_size x grad_accum x ranks. Rank 0 builds the data
+cache while the others wait, then each rank reads its own slice of every epoch; rank 0 alone writes
+checkpoints, logs and the export. NCCL on GPUs, gloo on CPU.
+
+Outputs: --out gets config.json + model.safetensors (SGLang/DeepSpec layout), train_log.json and README.md (the
+card, with this command spelled out in full); --work-dir (default <out>/work) holds the resumable checkpoints
+(`--resume` continues from the newest). The generated training data is cached under --data-cache, keyed by the
+data settings and the target's weights, so drafters trained on the same settings share it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from pathlib import Path
+
+import torch
+
+from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root
+from dspark.models.errors import ConfigError
+from dspark.models.training.data import DataConfig
+from dspark.models.training.run import DrafterSpec, TrainJob, train_job
+from dspark.models.training.trainer import DistContext, TrainConfig
+
+DEFAULT_DATA_CACHE = Path.home() / ".cache" / "dspark" / "train-data"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("train", help="train a DSpark / DFlash / Eagle3 drafter for a target",
+                                   description=__doc__.splitlines()[0])
+    io = parser.add_argument_group("target and outputs")
+    io.add_argument("--target", type=Path, required=True, help="transformers model directory of the target")
+    io.add_argument("--drafter", choices=("dspark", "dflash", "eagle3"), required=True)
+    io.add_argument("--out", type=Path, required=True, help="export directory (weights, card, train_log.json)")
+    io.add_argument("--work-dir", type=Path, default=None, help="checkpoints (default: <out>/work)")
+    io.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --work-dir")
+    io.add_argument("--save-dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    io.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available; torchrun: cuda:LOCAL_RANK)")
+    io.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+
+    d = parser.add_argument_group("drafter")
+    d.add_argument("--block-size", type=int, default=7, help="gamma: draft tokens per round (Eagle3: TTT steps)")
+    d.add_argument("--num-layers", type=int, default=None, help="draft layers (default: 5, Eagle3 1)")
+    d.add_argument("--target-layer-ids", type=int, nargs="+", default=None,
+                   help="tapped target layers (default: 5 spread over 1..L-3, or all but the last for shallow targets)")
+    d.add_argument("--markov-head", choices=("vanilla", "gated", "rnn"), default="vanilla")
+    d.add_argument("--markov-rank", type=int, default=256)
+    d.add_argument("--no-confidence-head", action="store_true", help="DSpark without the confidence head")
+    d.add_argument("--no-sample-from-anchor", action="store_true",
+                   help="DFlash: original layout [anchor, MASK x gamma] reading slots 1..gamma (SGLang DFLASH)")
+    d.add_argument("--mask-token-id", type=int, default=None, help="default: the target tokenizer's mask token")
+    d.add_argument("--n-anchors", type=int, default=512, help="anchor blocks sampled per sequence")
+
+    data = parser.add_argument_group("data")
+    data.add_argument("--data-source", choices=("generations", "corpus"), default="generations")
+    data.add_argument("--num-samples", type=int, default=2048)
+    data.add_argument("--prompt-len", type=int, default=64)
+    data.add_argument("--response-len", type=int, default=128)
+    data.add_argument("--temperature", type=float, default=0.7, help="target sampling for the responses (0: greedy)")
+    data.add_argument("--top-p", type=float, default=0.8)
+    data.add_argument("--top-k", type=int, default=20)
+    data.add_argument("--data-seed", type=int, default=42)
+    data.add_argument("--stdlib", type=Path, default=None, help="stdlib root for prompts (default: this interpreter's)")
+    data.add_argument("--held-out-percent", type=int, default=DEFAULT_HELD_OUT_PERCENT)
+    data.add_argument("--data-cache", type=Path, default=DEFAULT_DATA_CACHE)
+    data.add_argument("--eval-samples", type=int, default=32, help="held-out samples for the acceptance check (0: skip)")
+
+    t = parser.add_argument_group("optimisation")
+    t.add_argument("--steps", type=int, default=1000, help="optimizer steps (the LR schedule spans them)")
+    t.add_argument("--minutes", type=float, default=None, help="stop early after this much training wall time")
+    t.add_argument("--lr", type=float, default=6e-4)
+    t.add_argument("--weight-decay", type=float, default=0.0)
+    t.add_argument("--warmup-frac", type=float, default=0.04)
+    t.add_argument("--grad-clip", type=float, default=1.0)
+    t.add_argument("--batch-size", type=int, default=8, help="sequences per micro-batch per rank")
+    t.add_argument("--grad-accum", type=int, default=1)
+    t.add_argument("--bf16", action="store_true", help="bf16 autocast of the target and drafter forwards")
+    t.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: only at the end)")
+    t.add_argument("--log-every", type=int, default=10)
+    t.add_argument("--seed", type=int, default=42)
+    parser.set_defaults(func=handle, _parser=parser)
+
+
+def reproduce_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """`dspark train` with every option that has a value spelled out (flags only when set)."""
+    parts = ["dspark", "train"]
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        if not action.option_strings or action.dest == "help" or value is None or value is False:
+            continue
+        flag = action.option_strings[0]
+        if value is True:
+            parts.append(flag)
+        elif isinstance(value, list):
+            parts += [flag, *map(str, value)]
+        else:
+            parts += [flag, str(value)]
+    return shlex.join(parts)
+
+
+def dist_context(device: str | None) -> DistContext:
+    """Read torchrun's environment; initialise torch.distributed only when WORLD_SIZE > 1."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return DistContext(device=torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")))
+    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available() and device != "cpu":
+        torch.cuda.set_device(local)
+        backend, dev = "nccl", torch.device("cuda", local)
+    else:
+        backend, dev = "gloo", torch.device("cpu")
+    torch.distributed.init_process_group(backend)
+    return DistContext(rank=rank, world_size=world, device=dev)
+
+
+def build_job(args: argparse.Namespace) -> TrainJob:
+    if args.threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    if args.eval_samples < 0:
+        raise ConfigError(f"--eval-samples must be >= 0, got {args.eval_samples}")
+    spec = DrafterSpec(
+        kind=args.drafter, block_size=args.block_size, num_layers=args.num_layers,
+        target_layer_ids=tuple(args.target_layer_ids) if args.target_layer_ids else None,
+        markov_head=args.markov_head, markov_rank=args.markov_rank, confidence_head=not args.no_confidence_head,
+        sample_from_anchor=not args.no_sample_from_anchor, n_anchors=args.n_anchors,
+    )
+    data = DataConfig(
+        source=args.data_source, num_samples=args.num_samples, prompt_len=args.prompt_len,
+        response_len=args.response_len, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+        seed=args.data_seed,
+    )
+    train = TrainConfig(
+        steps=args.steps, max_minutes=args.minutes, lr=args.lr, weight_decay=args.weight_decay,
+        warmup_frac=args.warmup_frac, grad_clip=args.grad_clip, batch_size=args.batch_size,
+        grad_accum=args.grad_accum, bf16=args.bf16, checkpoint_every=args.checkpoint_every,
+        log_every=args.log_every, seed=args.seed,
+    )
+    return TrainJob(
+        target_dir=args.target, out_dir=args.out, work_dir=args.work_dir or args.out / "work", spec=spec, data=data,
+        train=train, stdlib_root=args.stdlib or default_stdlib_root(), held_out_percent=args.held_out_percent,
+        data_cache_dir=args.data_cache, eval_samples=args.eval_samples, save_dtype=args.save_dtype,
+        resume=args.resume, mask_token_id=args.mask_token_id, command=reproduce_command(args._parser, args),
+    )
+
+
+def handle(args: argparse.Namespace) -> int:
+    job = build_job(args)  # validates everything before any model is loaded
+    torch.set_num_threads(args.threads)
+    dist = dist_context(args.device)
+    try:
+        info = train_job(job, dist)
+    finally:
+        if dist.world_size > 1:
+            torch.distributed.destroy_process_group()
+    if info is not None:
+        losses = ", ".join(f"{k} {v:.4f}" for k, v in info["final_terms"].items() if k not in ("step", "wall_s", "lr"))
+        tau = f"; held-out greedy tau {info['held_out']['tau']:.3f}" if info["held_out"] else ""
+        print(f"wrote {job.out_dir}: {info['kind']}, {info['steps']} steps in {info['wall_s'] / 60:.1f} min; {losses}{tau}")
+    return 0

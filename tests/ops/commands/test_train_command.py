@@ -1,0 +1,87 @@
+"""`dspark train` end to end on a tiny target and corpus: export, card, resume, clear errors for bad input."""
+import json
+
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from dspark.models.checkpoint import load_drafter
+from dspark.models.embedded_target.tokenizer import MASK_TOKEN_ID, save_tokenizer, train_tokenizer
+from dspark.ops.cli import main
+
+
+@pytest.fixture(scope="module")
+def tiny_setup(tmp_path_factory):
+    """A stdlib-like corpus of 40 files and a tiny Qwen3 target saved with a BPE trained on it."""
+    root = tmp_path_factory.mktemp("train_cli")
+    lib = root / "lib"
+    lib.mkdir()
+    g = torch.Generator().manual_seed(0)
+    words = ["def", "return", "self", "value", "if", "else", "for", "in", "import", "class", "None", "x"]
+    for i in range(40):
+        picks = torch.randint(0, len(words), (120,), generator=g).tolist()
+        (lib / f"mod{i}.py").write_text("\n".join(" ".join(words[j] for j in picks[k : k + 6]) for k in range(0, 120, 6)))
+    tokenizer = train_tokenizer([p.read_text() for p in sorted(lib.glob("*.py"))], vocab_size=300)
+    target_dir = root / "target"
+    save_tokenizer(tokenizer, target_dir)
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=tokenizer.get_vocab_size(), hidden_size=32, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=64,
+                         tie_word_embeddings=True, eos_token_id=0, pad_token_id=0)
+    Qwen3ForCausalLM(config).save_pretrained(str(target_dir))
+    return root, target_dir, lib
+
+
+def _args(root, target_dir, lib, drafter, out, *extra):
+    return ["train", "--target", str(target_dir), "--drafter", drafter, "--out", str(out), "--stdlib", str(lib),
+            "--data-cache", str(root / "cache"), "--steps", "3", "--num-samples", "8", "--prompt-len", "8",
+            "--response-len", "12", "--batch-size", "4", "--block-size", "3", "--num-layers", "1",
+            "--markov-rank", "8", "--n-anchors", "4", "--eval-samples", "2", "--threads", "1", "--log-every", "1",
+            *extra]
+
+
+@pytest.mark.parametrize("drafter", ["dspark", "eagle3"])
+def test_train_exports_a_loadable_drafter_with_card(drafter, tiny_setup, capsys):
+    root, target_dir, lib = tiny_setup
+    out = root / f"out_{drafter}"
+    assert main(_args(root, target_dir, lib, drafter, out)) == 0
+    loaded = load_drafter(out, Qwen3ForCausalLM.from_pretrained(str(target_dir)).config)
+    assert loaded.config.kind == drafter and loaded.config.target_layer_ids == (0, 1)
+    assert loaded.dtype == torch.bfloat16
+    if drafter == "dspark":
+        assert loaded.config.mask_token_id == MASK_TOKEN_ID and loaded.config.markov_rank == 8
+    card = (out / "README.md").read_text()
+    assert "dspark train --target" in card and "--drafter " + drafter in card and "tau" in card
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["steps"] == 3 and len(log["history"]) == 3
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_resume_picks_up_the_latest_checkpoint(tiny_setup):
+    root, target_dir, lib = tiny_setup
+    out = root / "out_resume"
+    assert main(_args(root, target_dir, lib, "dflash", out, "--eval-samples", "0")) == 0
+    assert main(_args(root, target_dir, lib, "dflash", out, "--eval-samples", "0", "--resume")) == 0
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["steps"] == 3 and len(log["history"]) == 3, "nothing left to train after resuming at step 3"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--block-size", "0"], "block_size must be an integer >= 1"),
+        (["--target-layer-ids", "0", "2"], "final layer 2"),
+        (["--top-p", "0"], "top_p"),
+        (["--steps", "0"], "steps must be >= 1"),
+    ],
+)
+def test_bad_input_is_one_clear_line(extra, message, tiny_setup, capsys):
+    root, target_dir, lib = tiny_setup
+    assert main(_args(root, target_dir, lib, "dspark", root / "bad", *extra)) == 2
+    last_line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last_line.startswith("dspark train: error:") and message in last_line
+
+
+def test_missing_target_is_reported(tmp_path, capsys):
+    assert main(["train", "--target", str(tmp_path), "--drafter", "dflash", "--out", str(tmp_path / "o")]) == 2
+    assert "has no config.json" in capsys.readouterr().err.strip().splitlines()[-1]
