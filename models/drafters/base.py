@@ -84,7 +84,7 @@ class Drafter(nn.Module, ABC):
         with torch.no_grad():
             drafter.embed_tokens.weight.copy_(embed)
             drafter.lm_head.weight.copy_(head)
-        return drafter.to(embed.dtype)
+        return drafter.to(device=embed.device, dtype=embed.dtype)
 
     @property
     def device(self) -> torch.device:

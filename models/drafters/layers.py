@@ -112,9 +112,8 @@ class RaggedKVCache:
 
         k, v: [bs, kv_heads, n, head_dim]; new_lengths: [bs] long, entries i >= new_lengths[b] are padding.
         """
-        n = k.shape[2]
-        self._reserve(int((self.lengths + new_lengths).max()) if n else 0)
-        rows, cols = (torch.arange(n, device=k.device) < new_lengths.unsqueeze(1)).nonzero(as_tuple=True)
+        self._reserve(int((self.lengths + new_lengths).max()) if new_lengths.numel() else 0)
+        rows, cols = (torch.arange(k.shape[2], device=k.device) < new_lengths.unsqueeze(1)).nonzero(as_tuple=True)
         slots = self.lengths[rows] + cols
         self.keys[layer][rows, :, slots] = k[rows, :, cols].to(self.keys[layer].dtype)
         self.values[layer][rows, :, slots] = v[rows, :, cols].to(self.values[layer].dtype)

@@ -5,7 +5,8 @@ token is argmax(logits) and q is the one-hot of that token (DEEPSPEC_REFERENCE Â
 sampled paths are separate functions; `sample_tokens` only dispatches.
 
 RNG contract: sampled tokens come from `torch.multinomial` with the caller's `generator` (None = torch's
-global generator), one call per drafted position, so a fixed generator seed reproduces a proposal.
+global generator; else it must live on the logits' device), one call per drafted position, so a fixed
+generator seed reproduces a proposal.
 """
 from typing import Optional
 
