@@ -185,7 +185,8 @@ def build_dataset(
     for start in tqdm(starts, desc="generating training data", unit="batch", disable=not progress):
         chunk = prompts[start : start + cfg.generation_batch_size].to(device)
         parts.append(continue_prompts(target, chunk, cfg, eos_token_id, generator))
-    return TokenDataset(*(torch.cat([getattr(p, f) for p in parts]).cpu() for f in ("input_ids", "loss_mask", "attention_mask")))
+    fields = ("input_ids", "loss_mask", "attention_mask")
+    return TokenDataset(*(torch.cat([getattr(part, f) for part in parts]).cpu() for f in fields))
 
 
 def save_dataset(dataset: TokenDataset, key: dict, path: Path) -> None:

@@ -186,7 +186,8 @@ def describe_data(cfg: DataConfig, corpus: Corpus) -> str:
 
 
 def dataset_stats(dataset: TokenDataset) -> dict:
-    return {"samples": len(dataset), "seq_len": dataset.input_ids.shape[1], "trained_tokens": int(dataset.loss_mask.sum())}
+    return {"samples": len(dataset), "seq_len": dataset.input_ids.shape[1],
+            "trained_tokens": int(dataset.loss_mask.sum())}
 
 
 def save_json(path: Path, payload: dict) -> None:
@@ -258,7 +259,8 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         held_out = greedy_acceptance(drafter, target, eval_set, config.target_layer_ids).to_json()
     info = {
         "kind": config.kind, "target": str(job.target_dir), "target_sha256": fingerprint,
-        "drafter_config": config_json(config), "data_summary": describe_data(job.data, corpus), **dataset_stats(dataset),
+        "drafter_config": config_json(config), "data_summary": describe_data(job.data, corpus),
+        **dataset_stats(dataset),
         "steps": result.steps, "wall_s": round(result.wall_s, 1), "stopped_early": result.stopped_early,
         "final_terms": result.final_terms, "log_every": job.train.log_every, "device": str(dist.device),
         "world_size": dist.world_size, "save_dtype": job.save_dtype, "held_out": held_out, "command": job.command,

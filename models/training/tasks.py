@@ -19,7 +19,14 @@ import torch
 from dspark.models.target_features import capture_target_features
 from dspark.models.training.anchors import sample_blocks
 from dspark.models.training.data import TokenDataset
-from dspark.models.training.losses import BlockLossWeights, LossTerms, block_loss, eagle3_loss, eagle3_valid_mask, position_weights
+from dspark.models.training.losses import (
+    BlockLossWeights,
+    LossTerms,
+    block_loss,
+    eagle3_loss,
+    eagle3_valid_mask,
+    position_weights,
+)
 
 Reduce = Callable[[torch.Tensor], torch.Tensor]
 
@@ -41,7 +48,12 @@ class TrainTask(Protocol):
     target_layer_ids: tuple[int, ...]
 
     def loss(
-        self, model: torch.nn.Module, batch: TokenDataset, target: TargetOutputs, generator: torch.Generator, reduce: Reduce
+        self,
+        model: torch.nn.Module,
+        batch: TokenDataset,
+        target: TargetOutputs,
+        generator: torch.Generator,
+        reduce: Reduce,
     ) -> LossTerms:
         """The micro-batch loss; `model(**kw)` runs drafter.forward_train; `reduce` sums a tensor over ranks."""
 
@@ -57,7 +69,9 @@ class BlockTask:
 
     def loss(self, model, batch, target, generator, reduce) -> LossTerms:
         blocks = sample_blocks(batch.input_ids, batch.loss_mask, self.n_anchors, self.gamma, generator)
-        out = model(target_hidden=target.hidden, input_ids=batch.input_ids, anchors=blocks.anchors, block_keep=blocks.block_keep)
+        out = model(
+            target_hidden=target.hidden, input_ids=batch.input_ids, anchors=blocks.anchors, block_keep=blocks.block_keep
+        )
         bs, n, gamma = blocks.labels.shape
         positions = blocks.positions.clamp(max=batch.input_ids.shape[1] - 1).view(bs, n * gamma, 1)
         slot_logits = torch.gather(target.logits, 1, positions.expand(-1, -1, target.logits.shape[-1]))

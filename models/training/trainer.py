@@ -62,11 +62,15 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"training {name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0 or self.weight_decay < 0 or self.grad_clip <= 0:
-            raise ConfigError(f"need lr > 0, weight_decay >= 0, grad_clip > 0; got {self.lr}, {self.weight_decay}, {self.grad_clip}")
+            raise ConfigError(
+                f"need lr > 0, weight_decay >= 0, grad_clip > 0; got {self.lr}, {self.weight_decay}, {self.grad_clip}"
+            )
         if not 0 <= self.warmup_frac < 1:
             raise ConfigError(f"warmup_frac must be in [0, 1), got {self.warmup_frac}")
         if self.checkpoint_every < 0 or (self.max_minutes is not None and self.max_minutes <= 0):
-            raise ConfigError(f"checkpoint_every must be >= 0 and max_minutes > 0; got {self.checkpoint_every}, {self.max_minutes}")
+            raise ConfigError(
+                f"checkpoint_every must be >= 0 and max_minutes > 0; got {self.checkpoint_every}, {self.max_minutes}"
+            )
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,9 @@ class Trainer:
         if dist.world_size > 1:
             ids = [dist.device.index] if dist.device.type == "cuda" else None
             self.model = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=cfg.weight_decay
+        )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_factor(s, cfg.steps, cfg.warmup_frac)
         )
@@ -184,7 +190,8 @@ class Trainer:
         """Every logged term is a local sum over the global normaliser, so the global value is the sum over ranks."""
         if self.dist.world_size == 1:
             return terms
-        summed = self.dist.all_reduce_sum(torch.tensor(list(terms.values()), dtype=torch.float64, device=self.dist.device))
+        values = torch.tensor(list(terms.values()), dtype=torch.float64, device=self.dist.device)
+        summed = self.dist.all_reduce_sum(values)
         return dict(zip(terms, summed.tolist()))
 
     def _optimizer_step(self) -> dict[str, float]:
@@ -206,7 +213,8 @@ class Trainer:
         cfg, start = self.cfg, time.monotonic()
         budget_s = None if cfg.max_minutes is None else cfg.max_minutes * 60.0
         window: list[dict[str, float]] = []
-        bar = tqdm(total=cfg.steps, initial=self.step, desc="train", unit="step", disable=not (self.progress and self.dist.is_main))
+        show = self.progress and self.dist.is_main
+        bar = tqdm(total=cfg.steps, initial=self.step, desc="train", unit="step", disable=not show)
         self.drafter.train()
         stopped_early, last = False, {}
         while self.step < cfg.steps:
@@ -219,7 +227,8 @@ class Trainer:
                 window = []
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < cfg.steps:
                 self.save_checkpoint(self.prior_wall_s + time.monotonic() - start)
-            if budget_s is not None and self.prior_wall_s + time.monotonic() - start >= budget_s and self.step < cfg.steps:
+            out_of_time = budget_s is not None and self.prior_wall_s + time.monotonic() - start >= budget_s
+            if out_of_time and self.step < cfg.steps:
                 stopped_early = True
                 break
         bar.close()
@@ -227,7 +236,8 @@ class Trainer:
             self._log(window, self.prior_wall_s + time.monotonic() - start)
         wall_s = self.prior_wall_s + time.monotonic() - start
         self.save_checkpoint(wall_s)
-        return TrainResult(steps=self.step, wall_s=wall_s, final_terms=self.history[-1] if self.history else last, stopped_early=stopped_early)
+        final = self.history[-1] if self.history else last
+        return TrainResult(steps=self.step, wall_s=wall_s, final_terms=final, stopped_early=stopped_early)
 
     def _log(self, window: list[dict[str, float]], wall_s: float) -> None:
         mean = {k: sum(t[k] for t in window) / len(window) for k in window[-1]}
@@ -258,7 +268,8 @@ class Trainer:
         """Write `<out>/train_log.json`: config, loss history and wall time (rank 0 only)."""
         if not self.dist.is_main:
             return
-        log = {"train_config": asdict(self.cfg), "steps": self.step, "wall_s": round(wall_s, 2), "history": self.history}
+        log = {"train_config": asdict(self.cfg), "steps": self.step, "wall_s": round(wall_s, 2),
+               "history": self.history}
         (self.out_dir / LOG_FILE).write_text(json.dumps({**log, **(extra or {})}, indent=1) + "\n")
 
     def resume(self) -> bool:
@@ -268,7 +279,9 @@ class Trainer:
             return False
         path = pointer.parent / pointer.read_text().strip() / STATE_FILE
         if not path.exists():
-            raise CheckpointError(f"{pointer} names {path.parent.name}, which has no {STATE_FILE}: delete {pointer} to start over")
+            raise CheckpointError(
+                f"{pointer} names {path.parent.name}, which has no {STATE_FILE}: delete {pointer} to start over"
+            )
         state = torch.load(path, map_location=self.dist.device, weights_only=False)
         if state["train_config"]["steps"] != self.cfg.steps:
             raise CheckpointError(

@@ -70,7 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--stdlib", type=Path, default=None, help="stdlib root for prompts (default: this interpreter's)")
     data.add_argument("--held-out-percent", type=int, default=DEFAULT_HELD_OUT_PERCENT)
     data.add_argument("--data-cache", type=Path, default=DEFAULT_DATA_CACHE)
-    data.add_argument("--eval-samples", type=int, default=32, help="held-out samples for the acceptance check (0: skip)")
+    data.add_argument("--eval-samples", type=int, default=32,
+                      help="held-out samples for the acceptance check (0: skip)")
 
     t = parser.add_argument_group("optimisation")
     t.add_argument("--steps", type=int, default=1000, help="optimizer steps (the LR schedule spans them)")
@@ -162,5 +163,6 @@ def handle(args: argparse.Namespace) -> int:
     if info is not None:
         losses = ", ".join(f"{k} {v:.4f}" for k, v in info["final_terms"].items() if k not in ("step", "wall_s", "lr"))
         tau = f"; held-out greedy tau {info['held_out']['tau']:.3f}" if info["held_out"] else ""
-        print(f"wrote {job.out_dir}: {info['kind']}, {info['steps']} steps in {info['wall_s'] / 60:.1f} min; {losses}{tau}")
+        minutes = info["wall_s"] / 60
+        print(f"wrote {job.out_dir}: {info['kind']}, {info['steps']} steps in {minutes:.1f} min; {losses}{tau}")
     return 0

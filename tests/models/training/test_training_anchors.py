@@ -89,4 +89,5 @@ def test_sample_blocks_positions():
     assert torch.equal(blocks.positions[..., 0], blocks.anchors)
     assert torch.equal(blocks.eval_mask[..., 0], blocks.block_keep)
     sel = blocks.eval_mask
-    assert torch.equal(blocks.labels[sel], torch.gather(ids, 1, (blocks.positions + 1).clamp(max=29).flatten(1)).view_as(sel)[sel])
+    next_tokens = torch.gather(ids, 1, (blocks.positions + 1).clamp(max=29).flatten(1)).view_as(sel)
+    assert torch.equal(blocks.labels[sel], next_tokens[sel])

@@ -71,8 +71,12 @@ def test_resume_continues_identically(peaked_target, tiny_dataset, tmp_path):
 
 def test_resume_refuses_a_different_schedule(peaked_target, tiny_dataset, tmp_path):
     drafter, task = make_drafter_and_task("dflash", peaked_target)
-    Trainer(drafter, peaked_target, tiny_dataset, task, TrainConfig(steps=2, batch_size=4), tmp_path, progress=False).run()
-    other = Trainer(drafter, peaked_target, tiny_dataset, task, TrainConfig(steps=5, batch_size=4), tmp_path, progress=False)
+    def trainer(steps):
+        cfg = TrainConfig(steps=steps, batch_size=4)
+        return Trainer(drafter, peaked_target, tiny_dataset, task, cfg, tmp_path, progress=False)
+
+    trainer(2).run()
+    other = trainer(5)
     with pytest.raises(CheckpointError, match="steps=2"):
         other.resume()
 

@@ -35,7 +35,9 @@ def make_drafter_and_task(kind: str, target, gamma: int = 4, layer_ids=(0, 1, 2)
     from dspark.models.training.losses import DFLASH_LOSS, DSPARK_LOSS
     from dspark.models.training.tasks import BlockTask, Eagle3Task
 
-    heads = dict(markov_rank=8, enable_confidence_head=True, confidence_head_with_markov=True) if kind == "dspark" else {}
+    heads = {}
+    if kind == "dspark":
+        heads = dict(markov_rank=8, enable_confidence_head=True, confidence_head_with_markov=True)
     mask = None if kind == "eagle3" else MASK_ID
     config = DrafterConfig.from_target(target.config, kind=kind, block_size=gamma, target_layer_ids=layer_ids,
                                        num_hidden_layers=1, mask_token_id=mask, **heads)

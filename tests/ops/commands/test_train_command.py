@@ -20,7 +20,8 @@ def tiny_setup(tmp_path_factory):
     words = ["def", "return", "self", "value", "if", "else", "for", "in", "import", "class", "None", "x"]
     for i in range(40):
         picks = torch.randint(0, len(words), (120,), generator=g).tolist()
-        (lib / f"mod{i}.py").write_text("\n".join(" ".join(words[j] for j in picks[k : k + 6]) for k in range(0, 120, 6)))
+        lines = [" ".join(words[j] for j in picks[k : k + 6]) for k in range(0, 120, 6)]
+        (lib / f"mod{i}.py").write_text("\n".join(lines))
     tokenizer = train_tokenizer([p.read_text() for p in sorted(lib.glob("*.py"))], vocab_size=300)
     target_dir = root / "target"
     save_tokenizer(tokenizer, target_dir)
