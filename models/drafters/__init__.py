@@ -20,13 +20,7 @@ from dspark.models.drafters.config import DrafterConfig
 from dspark.models.drafters.dspark import DFlash, DSpark
 from dspark.models.drafters.eagle3 import Eagle3
 
-DRAFTER_CLASSES = {"dspark": DSpark, "dflash": DFlash, "eagle3": Eagle3}
-
-
-def build_drafter(config: DrafterConfig) -> Drafter:
-    """A randomly initialized drafter of config.kind."""
-    return DRAFTER_CLASSES[config.kind](config)
-
+DRAFTER_CLASSES = {"dspark": DSpark, "dflash": DFlash, "eagle3": Eagle3}  # DrafterConfig.kind -> class
 
 __all__ = ["DFlash", "DSpark", "DraftBlock", "DraftState", "Drafter", "DrafterConfig", "Eagle3", "TrainOutput",
-           "DRAFTER_CLASSES", "build_drafter"]
+           "DRAFTER_CLASSES"]
