@@ -13,7 +13,7 @@ import sys
 from dspark.models.errors import DsparkError
 
 # Subcommand modules, in the order `dspark --help` lists them.
-COMMANDS = ("embedded_target", "train")
+COMMANDS = ("embedded_target", "train", "check")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,48 @@
+"""`dspark check`: does this drafter checkpoint load, and does it fit this target?
+
+    dspark check embedded/dspark --target embedded/target
+
+Loads the checkpoint exactly as serving and decoding will (dspark.models.checkpoint.load_drafter, which checks
+hidden size, vocab, target layer ids, mask token and every weight against the target) and prints what it is.
+A checkpoint that does not fit exits with status 2 and one line naming every mismatch.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from transformers import AutoConfig
+
+from dspark.models.checkpoint import architecture, load_drafter
+from dspark.models.errors import CheckpointError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("check", help="check that a drafter checkpoint loads and fits a target",
+                                   description=__doc__.splitlines()[0])
+    parser.add_argument("drafter", type=Path, help="drafter checkpoint directory (config.json + model.safetensors)")
+    parser.add_argument("--target", type=Path, required=True, help="the target model directory (its config.json)")
+    parser.set_defaults(func=run)
+
+
+def load_target_config(target: Path):
+    if not (target / "config.json").is_file():
+        raise CheckpointError(f"{target / 'config.json'} is missing; --target must be a transformers model directory")
+    try:
+        return AutoConfig.from_pretrained(target)
+    except (ValueError, OSError) as err:
+        raise CheckpointError(f"{target / 'config.json'} cannot be read as a transformers config: {err}") from err
+
+
+def run(args: argparse.Namespace) -> int:
+    drafter = load_drafter(args.drafter, load_target_config(args.target))
+    cfg = drafter.config
+    trainable = sum(p.numel() for p in drafter.parameters() if p.requires_grad)
+    print(f"{args.drafter}: {cfg.kind} drafter ({architecture(cfg)}), fits target {args.target}")
+    print(f"  gamma {cfg.gamma}, layers {cfg.num_hidden_layers}, target_layer_ids {list(cfg.target_layer_ids)}, "
+          f"mask_token_id {cfg.mask_token_id}")
+    if cfg.markov_rank:
+        print(f"  markov head {cfg.markov_head_type} rank {cfg.markov_rank}, "
+              f"confidence head {'on' if cfg.enable_confidence_head else 'off'}")
+    print(f"  {trainable / 1e6:.2f}M trainable parameters, dtype {drafter.dtype}")
+    return 0

@@ -1,0 +1,53 @@
+"""`dspark check`: a fitting checkpoint is described; a misfit or malformed one is one clear error, exit 2."""
+import shutil
+
+import pytest
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from dspark.models.checkpoint import save_drafter
+from dspark.models.drafters import DSpark, DrafterConfig
+from dspark.ops.cli import main
+
+from tests.conftest import TINY_TARGET_CONFIG
+
+
+@pytest.fixture(scope="module")
+def saved(tiny_target, tmp_path_factory):
+    root = tmp_path_factory.mktemp("check")
+    tiny_target.save_pretrained(str(root / "target"))
+    config = DrafterConfig.from_target(tiny_target.config, kind="dspark", block_size=4, target_layer_ids=(0, 2),
+                                       num_hidden_layers=1, mask_token_id=1, markov_rank=8)
+    save_drafter(DSpark.from_target(tiny_target, config), root / "drafter")
+    return root
+
+
+def test_check_describes_a_fitting_drafter(saved, capsys):
+    assert main(["check", str(saved / "drafter"), "--target", str(saved / "target")]) == 0
+    out = capsys.readouterr().out
+    assert "dspark drafter (Qwen3DSparkModel), fits target" in out
+    assert "gamma 4" in out and "target_layer_ids [0, 2]" in out and "markov head vanilla rank 8" in out
+
+
+def test_check_names_every_mismatch_with_another_target(saved, tmp_path, capsys):
+    other = Qwen3Config(**{**TINY_TARGET_CONFIG, "hidden_size": 48, "num_hidden_layers": 2})
+    Qwen3ForCausalLM(other).save_pretrained(str(tmp_path / "other"))
+    capsys.readouterr()  # drop save_pretrained's progress bar
+    assert main(["check", str(saved / "drafter"), "--target", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dspark check: error:")
+    assert "hidden_size is 32, the target's is 48" in err
+    assert "target_layer_ids contains 2, outside the target's layers 0..1" in err
+
+
+@pytest.mark.parametrize("broken", ["config.json", "model.safetensors"])
+def test_check_reports_a_malformed_checkpoint(saved, tmp_path, capsys, broken):
+    copy = tmp_path / "drafter"
+    shutil.copytree(saved / "drafter", copy)
+    (copy / broken).write_text("{ not valid")
+    assert main(["check", str(copy), "--target", str(saved / "target")]) == 2
+    assert broken in capsys.readouterr().err
+
+
+def test_check_reports_a_missing_target(saved, tmp_path, capsys):
+    assert main(["check", str(saved / "drafter"), "--target", str(tmp_path / "nowhere")]) == 2
+    assert "--target must be a transformers model directory" in capsys.readouterr().err
