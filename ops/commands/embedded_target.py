@@ -1,0 +1,93 @@
+"""`dspark embedded-target`: train the embedded target model from the CPython standard library.
+
+Lists and splits the stdlib corpus, trains the byte-level BPE and the Qwen3 target, evaluates held-out
+perplexity and writes weights, tokenizer, model card and train_log.json to --out. The card records the
+full command line (every option spelled out) so the run can be repeated exactly.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shlex
+from pathlib import Path
+
+import torch
+
+from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root, load_corpus
+from dspark.models.embedded_target.train import TargetArchitecture, TrainSettings, train_target
+
+# option name -> (TargetArchitecture field, help)
+ARCH_OPTIONS = {
+    "hidden": ("hidden_size", "model width"),
+    "layers": ("num_layers", "decoder layers"),
+    "heads": ("num_heads", "attention heads"),
+    "kv-heads": ("num_kv_heads", "key/value heads (grouped-query attention)"),
+    "head-dim": ("head_dim", "dimension per head"),
+    "intermediate": ("intermediate_size", "MLP hidden size"),
+    "vocab": ("vocab_size", "BPE vocabulary size, special tokens included"),
+}
+# option name -> (TrainSettings field, help)
+TRAIN_OPTIONS = {
+    "steps": ("max_steps", "stop after this many optimizer steps"),
+    "minutes": ("max_minutes", "stop after this many minutes of training (the LR schedule follows the clock)"),
+    "seed": ("seed", "seed of initialisation and batch sampling"),
+    "lr": ("lr", "peak learning rate"),
+    "batch-size": ("batch_size", "sequences per step"),
+    "seq-len": ("seq_len", "tokens per sequence"),
+    "warmup-steps": ("warmup_steps", "linear warmup steps"),
+    "eval-every": ("eval_every", "steps between quick held-out checks (0: none)"),
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "embedded-target",
+        help="train the embedded Qwen3 target on the CPython stdlib",
+        description=__doc__.splitlines()[0],
+    )
+    parser.add_argument("--out", type=Path, default=Path("embedded/target"), help="output directory")
+    parser.add_argument("--stdlib", type=Path, default=None, help="stdlib root (default: this interpreter's)")
+    parser.add_argument("--held-out-percent", type=int, default=DEFAULT_HELD_OUT_PERCENT)
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    _add_dataclass_options(parser, ARCH_OPTIONS, TargetArchitecture)
+    _add_dataclass_options(parser, TRAIN_OPTIONS, TrainSettings)
+    parser.set_defaults(func=handle)
+
+
+def _add_dataclass_options(parser: argparse.ArgumentParser, options: dict, config_class: type) -> None:
+    """One option per config field; default and int/float type come from the dataclass field."""
+    fields = {field.name: field for field in dataclasses.fields(config_class)}
+    for name, (field_name, help_text) in options.items():
+        field = fields[field_name]
+        kind = float if "float" in str(field.type) else int
+        parser.add_argument(f"--{name}", type=kind, default=field.default, help=f"{help_text} (default: {field.default})")
+
+
+def _from_options(args: argparse.Namespace, options: dict) -> dict:
+    return {field: getattr(args, name.replace("-", "_")) for name, (field, _) in options.items()}
+
+
+def reproduce_command(args: argparse.Namespace) -> str:
+    """The command line with every option spelled out (unset budgets omitted)."""
+    parts = ["dspark embedded-target", f"--out {shlex.quote(str(args.out))}",
+             f"--held-out-percent {args.held_out_percent}", f"--threads {args.threads}"]
+    if args.stdlib is not None:
+        parts.append(f"--stdlib {shlex.quote(str(args.stdlib))}")
+    for name in (*ARCH_OPTIONS, *TRAIN_OPTIONS):
+        value = getattr(args, name.replace("-", "_"))
+        if value is not None:
+            parts.append(f"--{name} {value:g}" if isinstance(value, float) else f"--{name} {value}")
+    return " ".join(parts)
+
+
+def handle(args: argparse.Namespace) -> int:
+    arch = TargetArchitecture(**_from_options(args, ARCH_OPTIONS))
+    settings = TrainSettings(**_from_options(args, TRAIN_OPTIONS))
+    corpus = load_corpus(args.stdlib or default_stdlib_root(), args.held_out_percent)
+    torch.set_num_threads(args.threads)
+    log = train_target(corpus, arch, settings, args.out, reproduce_command(args))
+    print(
+        f"wrote {args.out}: {log['parameters']:,} params, {log['steps']} steps, {log['tokens_seen']:,} tokens, "
+        f"{log['train_seconds'] / 60:.1f} min, held-out perplexity {log['held_out_perplexity']:.2f}"
+    )
+    return 0
