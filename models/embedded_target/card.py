@@ -38,7 +38,7 @@ def _training_table(log: dict) -> str:
     if settings["max_minutes"] is not None:
         budget.append(f"{settings['max_minutes']:g} min")
     rows = [
-        ("budget", " or ".join(budget) + " (whichever first)"),
+        ("budget", " or ".join(budget) + (" (whichever comes first)" if len(budget) > 1 else "")),
         ("steps run", log["steps"]),
         ("tokens seen", f"{log['tokens_seen']:,} ({log['tokens_seen'] / log['train_tokens']:.2f} epochs)"),
         ("batch x sequence", f"{settings['batch_size']} x {settings['seq_len']} (packed documents, EOS-separated)"),
@@ -52,6 +52,23 @@ def _training_table(log: dict) -> str:
         ("**held-out perplexity**", f"**{log['held_out_perplexity']:.2f}**"),
     ]
     return "\n".join(["| | |", "|---|---|"] + [f"| {name} | {value} |" for name, value in rows])
+
+
+def _curve(log: dict) -> str:
+    checks = log["quick_checks"]
+    if not checks:
+        return "none"
+    stride = max(1, len(checks) // 8)  # at most ~8 points keep the line readable
+    shown = checks[::stride] if checks[-1] in checks[::stride] else checks[::stride] + [checks[-1]]
+    return ", ".join(f"step {c['step']} ppl {c['ppl']:.1f}" for c in shown)
+
+
+def _samples(log: dict) -> str:
+    return "\n\n".join(
+        f"Prompt `{sample['prompt']!r}`, {sample['new_tokens']} new tokens:\n\n"
+        f"```python\n{sample['prompt']}{sample['continuation']}\n```"
+        for sample in log["samples"]
+    )
 
 
 def render_card(log: dict) -> str:
@@ -89,7 +106,12 @@ All `*.py` files under the stdlib root, leaving out any file under a directory n
 
 Held-out perplexity is exp(mean next-token NLL) over the held-out token stream cut into windows of
 {log['settings']['seq_len']} + 1 tokens overlapping by one (every token after the first scored once).
-Per-step loss, learning rate and quick held-out checks are in `{TRAIN_LOG}`.
+Quick held-out checks ({log['settings']['eval_windows']} windows) during training: {_curve(log)}.
+Per-step loss and learning rate are in `{TRAIN_LOG}`.
+
+## Greedy samples
+
+{_samples(log)}
 
 ## Reproduce
 
@@ -97,7 +119,7 @@ Per-step loss, learning rate and quick held-out checks are in `{TRAIN_LOG}`.
 {log['command']}
 ```
 
-Training was on CPU ({log['torch_threads']} threads, torch {log['torch_version']}). A run bounded by
+Trained on CPU (torch threads: {log['torch_threads']}, torch {log['torch_version']}). A run bounded by
 minutes ends at a step count that depends on machine speed (its learning-rate schedule follows the
 clock); with `--steps` alone a run is a function of the seed and takes as long as the machine needs.
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
@@ -41,6 +42,8 @@ from dspark.models.errors import ConfigError
 
 LOSS_WINDOW = 50  # steps averaged for the reported train loss
 LOG_EVERY = 10  # steps per train_log.json history entry
+SAMPLE_PROMPTS = ("def __init__(self", "import os\nimport sys\n\n\ndef main(", "class Queue:\n    def put(self")
+SAMPLE_NEW_TOKENS = 48
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,6 +236,20 @@ def save_target(model: Qwen3ForCausalLM, out_dir: Path) -> None:
     model.save_pretrained(str(out_dir))
 
 
+@torch.no_grad()
+def greedy_samples(model: Qwen3ForCausalLM, tokenizer: Tokenizer) -> list[dict]:
+    """Greedy continuations of SAMPLE_PROMPTS (stopping at EOS), for the model card."""
+    model.eval()
+    samples = []
+    for prompt in SAMPLE_PROMPTS:
+        prompt_ids = torch.tensor([tokenizer.encode(prompt).ids])  # [1, seq]
+        output = model.generate(prompt_ids, max_new_tokens=SAMPLE_NEW_TOKENS, do_sample=False,
+                                eos_token_id=EOS_TOKEN_ID, pad_token_id=EOS_TOKEN_ID)
+        new_ids = output[0, prompt_ids.shape[1]:].tolist()
+        samples.append({"prompt": prompt, "new_tokens": len(new_ids), "continuation": tokenizer.decode(new_ids)})
+    return samples
+
+
 def train_target(
     corpus: Corpus, arch: TargetArchitecture, settings: TrainSettings, out_dir: Path, command: str
 ) -> dict:
@@ -268,6 +285,7 @@ def train_target(
         "chars_per_token": round(sum(map(len, train_texts)) / train_stream.numel(), 3),
         "held_out_nll": round(nll, 5),
         "held_out_perplexity": round(math.exp(nll), 3),
+        "samples": greedy_samples(model, tokenizer),
         "wall_seconds": round(time.monotonic() - wall_start, 1),
         "python_version": platform.python_version(),
         "torch_version": torch.__version__,
