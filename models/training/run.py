@@ -160,7 +160,8 @@ def write_card(out_dir: Path, info: dict) -> None:
             "",
             "## Held-out check (teacher-forced greedy acceptance, dspark.models.training.evaluate)",
             f"- {accept['blocks']} anchors on target greedy continuations of held-out prompts: tau {accept['tau']:.3f} "
-            f"tokens per target forward; P(draft k accepted | earlier accepted) = {accept['conditional']}.",
+            f"tokens per target forward; P(draft k accepted | earlier accepted) = {accept['conditional']} "
+            f"(a uniform guess matches with probability 1/{cfg['vocab_size']}).",
         ]
     lines += ["", "## Reproduce", "```", info["command"], "```", ""]
     (out_dir / "README.md").write_text("\n".join(lines))
