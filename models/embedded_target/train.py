@@ -179,6 +179,10 @@ def build_optimizer(model: torch.nn.Module, settings: TrainSettings) -> torch.op
     return torch.optim.AdamW(groups, lr=settings.lr, betas=(0.9, 0.95), eps=1e-8)
 
 
+def _recent_mean(losses: list[float]) -> float:
+    return sum(losses[-LOSS_WINDOW:]) / len(losses[-LOSS_WINDOW:])
+
+
 def run_training(
     model: Qwen3ForCausalLM, train_stream: torch.Tensor, held_out: torch.Tensor, settings: TrainSettings
 ) -> dict:
@@ -213,8 +217,7 @@ def run_training(
             nll = held_out_nll(model, quick, settings.batch_size)
             checks.append({"step": step, "held_out_nll_quick": round(nll, 4), "ppl": round(math.exp(nll), 2)})
             bar.write(f"step {step}: quick held-out ppl {math.exp(nll):.2f}")
-        recent = sum(losses[-LOSS_WINDOW:]) / len(losses[-LOSS_WINDOW:])
-        bar.set_postfix(loss=f"{recent:.3f}", lr=f"{lr:.2e}", refresh=False)
+        bar.set_postfix(loss=f"{_recent_mean(losses):.3f}", lr=f"{lr:.2e}", refresh=False)
         bar.update(1)
         progress = settings.progress(step, time.monotonic() - start)
     bar.close()
@@ -222,7 +225,7 @@ def run_training(
         "steps": step,
         "tokens_seen": step * settings.batch_size * settings.seq_len,
         "train_seconds": round(time.monotonic() - start, 1),
-        "final_train_loss": round(sum(losses[-LOSS_WINDOW:]) / len(losses[-LOSS_WINDOW:]), 4),
+        "final_train_loss": round(_recent_mean(losses), 4),
         "history": steps,
         "quick_checks": checks,
     }
