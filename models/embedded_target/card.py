@@ -10,6 +10,13 @@ from pathlib import Path
 
 TRAIN_LOG = "train_log.json"
 CARD = "README.md"
+ESCAPED_PIPE = "\\|"  # GitHub tables split cells on "|" even inside code spans
+
+
+def _table(rows: list[tuple[str, object]]) -> str:
+    """A two-column markdown table; "|" in a cell (the special tokens) is escaped so it stays one cell."""
+    cells = [(name, str(value).replace("|", ESCAPED_PIPE)) for name, value in rows]
+    return "\n".join(["| | |", "|---|---|"] + [f"| {name} | {value} |" for name, value in cells])
 
 
 def _architecture_table(log: dict) -> str:
@@ -27,7 +34,7 @@ def _architecture_table(log: dict) -> str:
         ("special tokens", f"`<|endoftext|>` = {log['eos_token_id']} (EOS, pad, document separator); "
                            f"`<|mask|>` = {log['mask_token_id']} (DSpark `mask_token_id`)"),
     ]
-    return "\n".join(["| | |", "|---|---|"] + [f"| {name} | {value} |" for name, value in rows])
+    return _table(rows)
 
 
 def _training_table(log: dict) -> str:
@@ -51,7 +58,7 @@ def _training_table(log: dict) -> str:
         ("held-out NLL", f"{log['held_out_nll']:.4f} nats/token over {log['held_out_scored_tokens']:,} tokens"),
         ("**held-out perplexity**", f"**{log['held_out_perplexity']:.2f}**"),
     ]
-    return "\n".join(["| | |", "|---|---|"] + [f"| {name} | {value} |" for name, value in rows])
+    return _table(rows)
 
 
 def _curve(log: dict) -> str:
