@@ -1,6 +1,7 @@
 """The embedded target pipeline: corpus selection and split, tokenizer, training, and the committed assets."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -18,6 +19,8 @@ from dspark.models.embedded_target.tokenizer import (
 )
 from dspark.models.embedded_target.train import TargetArchitecture, TrainSettings, train_target
 from dspark.models.errors import ConfigError
+
+from tests.paths import EMBEDDED_TARGET
 
 INCLUDED = ["os.py", "json/decoder.py", "email/mime/text.py", "idlelib/editor.py"]
 EXCLUDED = [
@@ -143,3 +146,29 @@ def test_a_few_steps_lower_the_loss_and_the_saved_model_loads(tmp_path):
     assert AutoTokenizer.from_pretrained(tmp_path / "out").mask_token_id == MASK_TOKEN_ID
     card = (tmp_path / "out" / "README.md").read_text()
     assert f"{log['held_out_perplexity']:.2f}" in card and "dspark embedded-target --test" in card
+    assert [sample["prompt"] in card for sample in log["samples"]] == [True] * 3
+    table_rows = [line.replace("\\|", "") for line in card.splitlines() if line.startswith("| ")]
+    assert any("<\\|mask\\|>" in line for line in card.splitlines())
+    assert table_rows and all(row.count("|") == 3 for row in table_rows), "a cell's '|' splits a table row"
+
+
+def test_committed_target_loads_matches_its_card_and_generates():
+    log = json.loads((EMBEDDED_TARGET / "train_log.json").read_text())
+    card = (EMBEDDED_TARGET / "README.md").read_text()
+    model = AutoModelForCausalLM.from_pretrained(EMBEDDED_TARGET).eval()
+    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_TARGET)
+    arch = log["architecture"]
+    config = model.config
+    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads,
+            config.head_dim, config.intermediate_size, config.vocab_size) == (
+        arch["hidden_size"], arch["num_layers"], arch["num_heads"], arch["num_kv_heads"], arch["head_dim"],
+        arch["intermediate_size"], arch["vocab_size"])
+    assert sum(p.numel() for p in model.parameters()) == log["parameters"]
+    assert f"{log['parameters']:,}" in card and f"{log['held_out_perplexity']:.2f}" in card
+    assert tokenizer.convert_tokens_to_ids(MASK_TOKEN) == MASK_TOKEN_ID == tokenizer.mask_token_id
+    assert tokenizer.eos_token_id == EOS_TOKEN_ID == config.eos_token_id
+    assert sum(f.stat().st_size for f in EMBEDDED_TARGET.iterdir()) <= 20 * 1024 * 1024
+    input_ids = tokenizer("def __init__(self", return_tensors="pt").input_ids
+    with torch.no_grad():
+        generated = model.generate(input_ids, max_new_tokens=8, do_sample=False)
+    assert generated.shape[1] > input_ids.shape[1] and MASK_TOKEN_ID not in generated[0].tolist()
