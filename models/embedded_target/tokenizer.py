@@ -28,13 +28,12 @@ SPECIAL_TOKENS = (EOS_TOKEN, MASK_TOKEN)  # order gives the ids above
 DEFAULT_VOCAB_SIZE = 4096
 MODEL_MAX_LENGTH = 2048
 
-# Roles become plain-text comment lines, so the template needs no special tokens and the prompt stays
-# inside the distribution of the (Python source) training corpus.
+# The model is a base LM over Python source, so a chat is served as plain continuation: the messages'
+# contents joined by newlines, no role markers, no special tokens, and no trailing newline (a lone "\n"
+# token at the end would split the "\n" + indentation tokens that code continues with).
 CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '# ' + message['role'] + ':\\n' + message['content'] + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '# assistant:\\n' }}{% endif %}"
+    "{% for message in messages %}{% if not loop.first %}{{ '\\n' }}{% endif %}"
+    "{{ message['content'] }}{% endfor %}"
 )
 
 

@@ -101,9 +101,9 @@ def test_saved_tokenizer_loads_with_special_ids_and_chat_template(small_tokenize
     loaded = AutoTokenizer.from_pretrained(tmp_path)
     assert (loaded.eos_token_id, loaded.pad_token_id, loaded.mask_token_id) == (0, 0, 1)
     assert loaded.decode(loaded("def f():\n    pass\n").input_ids) == "def f():\n    pass\n"
-    prompt = loaded.apply_chat_template([{"role": "user", "content": "import os"}], tokenize=False,
-                                        add_generation_prompt=True)
-    assert prompt == "# user:\nimport os\n# assistant:\n"
+    messages = [{"role": "system", "content": "import os"}, {"role": "user", "content": "def main():"}]
+    prompt = loaded.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert prompt == "import os\ndef main():"
 
 
 def test_lr_schedule_warms_up_then_decays_to_the_floor_at_the_budget():
