@@ -10,6 +10,16 @@ from pathlib import Path
 
 TRAIN_LOG = "train_log.json"
 CARD = "README.md"
+USAGE = '''## Use
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained("embedded/target")
+tokenizer = AutoTokenizer.from_pretrained("embedded/target")
+ids = tokenizer("def parse_args(", return_tensors="pt").input_ids
+print(tokenizer.decode(model.generate(ids, max_new_tokens=40, do_sample=False)[0]))
+```
+'''
 ESCAPED_PIPE = "\\|"  # GitHub tables split cells on "|" even inside code spans
 
 
@@ -130,16 +140,7 @@ Trained on CPU (torch threads: {log['torch_threads']}, torch {log['torch_version
 minutes ends at a step count that depends on machine speed (its learning-rate schedule follows the
 clock); with `--steps` alone a run is a function of the seed and takes as long as the machine needs.
 
-## Use
-
-```python
-from transformers import AutoModelForCausalLM, AutoTokenizer
-model = AutoModelForCausalLM.from_pretrained("embedded/target")
-tokenizer = AutoTokenizer.from_pretrained("embedded/target")
-ids = tokenizer("def parse_args(", return_tensors="pt").input_ids
-print(tokenizer.decode(model.generate(ids, max_new_tokens=40, do_sample=False)[0]))
-```
-"""
+{USAGE}"""
 
 
 def write_card_and_log(out_dir: Path, log: dict) -> None:
