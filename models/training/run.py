@@ -119,9 +119,13 @@ def target_fingerprint(target_dir: Path) -> str:
 
 
 def corpus_documents(corpus: Corpus, tokenizer, split: str) -> list[torch.Tensor]:
-    """Token ids of each file of the corpus split ("train" or "held_out"), tokenized without special tokens."""
+    """Token ids of each file of the corpus split ("train" or "held_out"), tokenized without special tokens.
+
+    Files may exceed the tokenizer's model_max_length (only windows are used), so that warning is silenced.
+    """
     paths = corpus.train_files if split == "train" else corpus.held_out_files
-    return [torch.tensor(tokenizer.encode(corpus.read(p), add_special_tokens=False), dtype=torch.long) for p in paths]
+    encode = lambda text: tokenizer.encode(text, add_special_tokens=False, verbose=False)  # noqa: E731
+    return [torch.tensor(encode(corpus.read(p)), dtype=torch.long) for p in paths]
 
 
 def export_drafter(drafter: Drafter, out_dir: Path, dtype: torch.dtype) -> Path:
