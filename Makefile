@@ -14,3 +14,8 @@ test: setup
 
 # Reproduce the committed embedded models (see the cards in embedded/*/README.md).
 embedded-models: embedded-target drafters
+
+# The committed target (embedded/target/README.md): 40 min on 2 cores.
+embedded-target: setup
+	$(DSPARK) embedded-target --out embedded/target --minutes 40 --seed 0 --lr 3e-3 --warmup-steps 50 \
+		--threads 2 --eval-every 100
