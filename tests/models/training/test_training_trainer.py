@@ -107,3 +107,12 @@ def test_data_parallel_equals_one_process_with_the_global_batch(tmp_path):
     for one, two in zip(single.history, ddp["history"]):  # logged terms are global sums; gradients are not halved
         for key in ("loss", "accept", "grad_norm"):
             assert one[key] == pytest.approx(two[key], rel=1e-4), key
+
+
+def test_bf16_autocast_trains(peaked_target, tiny_dataset, tmp_path):
+    drafter, task = make_drafter_and_task("dspark", peaked_target)
+    cfg = TrainConfig(steps=3, batch_size=4, bf16=True, log_every=1)
+    trainer = Trainer(drafter, peaked_target, tiny_dataset, task, cfg, tmp_path, progress=False)
+    trainer.run()
+    assert all(math.isfinite(row["loss"]) for row in trainer.history)
+    assert all(p.dtype == torch.float32 for p in drafter.parameters()), "master weights stay fp32"
