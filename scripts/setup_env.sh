@@ -28,7 +28,11 @@ if [ ! -f "$stamp" ]; then
     touch "$stamp"
 fi
 
-"$venv/bin/pip" install --quiet --no-deps --no-build-isolation -e "$repo"
+# setuptools' editable build is chatty (deprecation banners); show its output only when it fails.
+if ! editable_log=$("$venv/bin/pip" install --quiet --no-deps --no-build-isolation -e "$repo" 2>&1); then
+    echo "$editable_log" >&2
+    exit 1
+fi
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 # Appended after site-packages: a real sgl_kernel (GPU machines) always takes precedence.
 echo "$repo/integration/cpu_shims" > "$site/dspark_cpu_shims.pth"
