@@ -19,3 +19,15 @@ embedded-models: embedded-target drafters
 embedded-target: setup
 	$(DSPARK) embedded-target --out embedded/target --minutes 40 --seed 0 --lr 3e-3 --warmup-steps 50 \
 		--threads 2 --eval-every 100
+
+# The committed drafters (embedded/{dspark,dflash,eagle3}/README.md): same data, same budget, ~9 min each.
+DRAFTER_RECIPE := --target embedded/target --block-size 5 --target-layer-ids 0 1 2 --num-samples 4096 \
+	--prompt-len 32 --response-len 128 --n-anchors 32 --batch-size 8 --steps 400 --lr 5e-3 \
+	--checkpoint-every 100 --eval-samples 64 --threads 1 --log-every 10
+drafters: setup
+	$(DSPARK) train $(DRAFTER_RECIPE) --drafter dspark --markov-head vanilla --markov-rank 64 --num-layers 2 \
+		--out embedded/dspark --work-dir $(DSPARK_CACHE)/train-work/dspark
+	$(DSPARK) train $(DRAFTER_RECIPE) --drafter dflash --num-layers 2 \
+		--out embedded/dflash --work-dir $(DSPARK_CACHE)/train-work/dflash
+	$(DSPARK) train $(DRAFTER_RECIPE) --drafter eagle3 --num-layers 1 \
+		--out embedded/eagle3 --work-dir $(DSPARK_CACHE)/train-work/eagle3
