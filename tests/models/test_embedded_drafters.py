@@ -50,4 +50,6 @@ def test_drafters_share_target_data_and_budget_and_have_cards():
     assert jobs["dspark"]["target_sha256"] == target_fingerprint(EMBEDDED_TARGET)  # trained on this target
     for kind, job in jobs.items():
         card = (EMBEDDED / kind / "README.md").read_text()
-        assert f"{job['steps']} optimizer steps" in card and "## Reproduce" in card
+        assert f"{job['steps']} optimizer steps" in card and "dspark train --target embedded/target" in card
+        history = json.loads((EMBEDDED / kind / "train_log.json").read_text())["history"]
+        assert history[-1]["loss"] < history[0]["loss"], f"{kind}: training did not lower the loss"
