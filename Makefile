@@ -20,7 +20,8 @@ embedded-target: setup
 	$(DSPARK) embedded-target --out embedded/target --minutes 40 --seed 0 --lr 3e-3 --warmup-steps 50 \
 		--threads 2 --eval-every 100
 
-# The committed drafters (embedded/{dspark,dflash,eagle3}/README.md): same data, same budget, ~9 min each.
+# The committed drafters (embedded/{dspark,dflash,eagle3}/README.md): same data and steps; on 2 cores
+# generating the data takes 10-25 min, then DSpark and DFlash ~8 min each, Eagle3 ~18 min.
 DRAFTER_RECIPE := --target embedded/target --block-size 5 --target-layer-ids 0 1 2 --num-samples 4096 \
 	--prompt-len 32 --response-len 128 --n-anchors 32 --batch-size 8 --steps 400 --lr 5e-3 \
 	--checkpoint-every 100 --eval-samples 64 --threads 1 --log-every 10
