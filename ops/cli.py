@@ -19,7 +19,7 @@ COMMANDS = ("embedded_target", "train", "check")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dspark",
-        description="DSpark speculative decoding: train drafters, check checkpoints, serve on SGLang.",
+        description="DSpark speculative decoding: build the embedded target, train drafters, check checkpoints.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
