@@ -31,7 +31,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
-from dspark.models.drafters.config import target_dimensions
+from dspark.models.drafters.config import target_dimensions, target_field_reader
 from dspark.models.errors import CheckpointError, ConfigError
 
 CONFIG_FILE = "config.json"
@@ -151,8 +151,7 @@ def _block_settings(fields: dict, arch: str, source: str) -> dict:
 
 def check_fits_target(config: DrafterConfig, target_config: Any, *, source: str = "checkpoint") -> None:
     """Raise one CheckpointError listing every way the drafter does not fit the target's HF config."""
-    text = target_config.get_text_config() if hasattr(target_config, "get_text_config") else target_config
-    get = text.get if isinstance(text, dict) else lambda key: getattr(text, key, None)
+    get = target_field_reader(target_config)
     hidden, vocab, layers = get("hidden_size"), get("vocab_size"), get("num_hidden_layers")
     problems = []
     if config.hidden_size != hidden:
@@ -199,10 +198,7 @@ def load_drafter(directory, target_config: Any = None, *, dtype: Optional[torch.
         raw = json.loads(config_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{config_path} is not valid JSON: {err}") from err
-    target_layers = None
-    if target_config is not None:
-        text = target_config.get_text_config() if hasattr(target_config, "get_text_config") else target_config
-        target_layers = text.get("num_hidden_layers") if isinstance(text, dict) else text.num_hidden_layers
+    target_layers = None if target_config is None else target_field_reader(target_config)("num_hidden_layers")
     config = config_from_json(raw, source=str(config_path), target_num_layers=target_layers)
     if target_config is not None:
         check_fits_target(config, target_config, source=str(directory))

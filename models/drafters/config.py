@@ -20,7 +20,7 @@ Invariants checked in `__post_init__` (a violation raises `ConfigError` naming f
 worker serves). Either way draft k predicts the token at anchor position + k + 1.
 """
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from dspark.models.errors import ConfigError
 
@@ -129,15 +129,25 @@ class DrafterConfig:
     def from_target(cls, target_config: Any, *, kind: str, block_size: int, target_layer_ids,
                     num_hidden_layers: int, mask_token_id: Optional[int] = None, **drafter_settings):
         """Copy the target's dimensions from its HF config (or its `text_config`) and add the drafter's."""
-        text = target_config.get_text_config() if hasattr(target_config, "get_text_config") else target_config
-        dims = target_dimensions(text)
+        dims = target_dimensions(target_config)
         return cls(kind=kind, block_size=block_size, target_layer_ids=tuple(target_layer_ids),
                    num_hidden_layers=num_hidden_layers, mask_token_id=mask_token_id, **dims, **drafter_settings)
 
 
-def target_dimensions(text_config: Any) -> dict:
-    """The target fields a drafter copies, read from an HF text config; refuses what the drafters cannot copy."""
-    get = text_config.get if isinstance(text_config, dict) else lambda k, d=None: getattr(text_config, k, d)
+def target_field_reader(target_config: Any) -> Callable[..., Any]:
+    """`get(key, default=None)` over a target's HF config, a config object or its dict form.
+
+    Multimodal configs keep the language model's fields in their text config, which is the one read.
+    """
+    text = target_config.get_text_config() if hasattr(target_config, "get_text_config") else target_config
+    if isinstance(text, dict):
+        return text.get
+    return lambda key, default=None: getattr(text, key, default)
+
+
+def target_dimensions(target_config: Any) -> dict:
+    """The target fields a drafter copies, read from its HF config; refuses what the drafters cannot copy."""
+    get = target_field_reader(target_config)
     rope = get("rope_parameters") or get("rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
     if rope_type not in SUPPORTED_ROPE_TYPES:
