@@ -18,7 +18,8 @@ adds to its cache while drafting (Eagle3's chain) are scratch and are dropped at
 Ragged batches: requests advance independently. `context_hidden [bs, n, n_taps*hidden]` is right-padded to the
 longest request and `context_lengths [bs]` (each >= 1) says how many entries of each row are real; the cache
 is one padded tensor per layer plus per-request lengths (layers.RaggedKVCache). `DraftState.select` drops or
-reorders requests. Greedy drafting (temperature <= sampling.GREEDY_TEMPERATURE) takes the argmax.
+reorders requests. Drafts are drawn with kernels.warping (the same warping verification applies to the
+target); greedy drafting takes the argmax.
 """
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -27,9 +28,10 @@ from typing import Optional
 import torch
 from torch import nn
 
+from dspark.kernels import warping
+from dspark.kernels.warping import GREEDY, SamplingParams
 from dspark.models.drafters.config import DrafterConfig
 from dspark.models.drafters.layers import RaggedKVCache
-from dspark.models.drafters.sampling import draft_probs
 
 
 @dataclass(frozen=True)
@@ -41,13 +43,23 @@ class TrainOutput:
 @dataclass(frozen=True)
 class DraftBlock:
     tokens: torch.Tensor  # [bs, gamma] long: the drafted tokens d_1..d_gamma
-    logits: torch.Tensor  # [bs, gamma, vocab]: d_k was drawn from softmax(logits[:, k-1] / temperature)
-    confidence: Optional[torch.Tensor]  # [bs, gamma]: sigma(c_k), P(d_k accepted | d_<k accepted); None w/o head
-    temperature: float
+    logits: torch.Tensor  # [bs, gamma, vocab]: d_k was drawn from warping.probs(logits[:, k-1], sampling)
+    confidence_logits: Optional[torch.Tensor]  # [bs, gamma] c_k before the sigmoid; None without a head
+    sampling: SamplingParams
 
     def probs(self) -> torch.Tensor:
         """The draft distribution q the tokens were drawn from (one-hot when greedy). -> [bs, gamma, vocab]"""
-        return draft_probs(self.logits, self.temperature)
+        return warping.probs(self.logits, self.sampling)
+
+    def confidence(self, sts_temperatures: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+        """sigma(c_k / t_k), the estimate of P(d_k accepted | d_<k accepted). -> [bs, gamma] float32, or None.
+
+        sts_temperatures: [gamma] per-position STS temperatures t_k (None: all 1, uncalibrated).
+        """
+        if self.confidence_logits is None:
+            return None
+        logits = self.confidence_logits.float()
+        return torch.sigmoid(logits if sts_temperatures is None else logits / sts_temperatures.to(logits.device))
 
 
 @dataclass
@@ -106,7 +118,7 @@ class Drafter(nn.Module, ABC):
 
     @abstractmethod
     def propose(self, state: DraftState, *, context_hidden: torch.Tensor, context_tokens: torch.Tensor,
-                context_lengths: torch.Tensor, anchor: torch.Tensor, temperature: float = 0.0,
+                context_lengths: torch.Tensor, anchor: torch.Tensor, sampling: SamplingParams = GREEDY,
                 generator: Optional[torch.Generator] = None) -> DraftBlock:
         """Commit the new context, then draft gamma tokens after `anchor` (see module docstring).
 

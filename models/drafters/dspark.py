@@ -22,13 +22,14 @@ from typing import List, Optional, Tuple
 import torch
 from torch import nn
 
+from dspark.kernels import warping
+from dspark.kernels.warping import GREEDY, SamplingParams
 from dspark.models.drafters.base import DraftBlock, Drafter, DraftState, TrainOutput
 from dspark.models.drafters.confidence_head import ConfidenceHead
 from dspark.models.drafters.config import DrafterConfig
 from dspark.models.drafters.layers import (GatedMLP, RMSNorm, RotaryEmbedding, apply_rope, attend, init_weights,
                                            split_heads)
 from dspark.models.drafters.markov_head import build_markov_head
-from dspark.models.drafters.sampling import sample_tokens
 from dspark.models.errors import ConfigError
 
 KeyValue = Tuple[torch.Tensor, torch.Tensor]  # k, v: [bs, kv_heads, n, head_dim]
@@ -163,7 +164,7 @@ class BlockDrafter(Drafter):
 
     @torch.no_grad()
     def propose(self, state: DraftState, *, context_hidden, context_tokens, context_lengths, anchor,
-                temperature: float = 0.0, generator: Optional[torch.Generator] = None) -> DraftBlock:
+                sampling: SamplingParams = GREEDY, generator: Optional[torch.Generator] = None) -> DraftBlock:
         self.check_round_inputs(state, context_hidden, context_tokens, context_lengths, anchor)
         cache = state.cache
         n = context_hidden.shape[1]
@@ -180,19 +181,18 @@ class BlockDrafter(Drafter):
                              cache.valid().new_ones(bs, slots, slots)], dim=-1)
         hidden = self.block_hidden(anchor.unsqueeze(1), positions, list(zip(cache.keys, cache.values)),
                                    visible)[:, 0]  # [bs, gamma, d]
-        tokens, logits = self.draw(hidden, anchor, temperature, generator)
+        tokens, logits = self.draw(hidden, anchor, sampling, generator)
         prev_tokens = torch.cat([anchor.unsqueeze(1), tokens[:, :-1]], dim=1)
         confidence = self.confidence_logits(hidden, prev_tokens)
-        return DraftBlock(tokens=tokens, logits=logits, temperature=temperature,
-                          confidence=None if confidence is None else torch.sigmoid(confidence.float()))
+        return DraftBlock(tokens=tokens, logits=logits, confidence_logits=confidence, sampling=sampling)
 
-    def draw(self, hidden: torch.Tensor, anchor: torch.Tensor, temperature: float,
+    def draw(self, hidden: torch.Tensor, anchor: torch.Tensor, sampling: SamplingParams,
              generator: Optional[torch.Generator]) -> Tuple[torch.Tensor, torch.Tensor]:
         """Sample gamma tokens left to right. hidden: [bs, gamma, d] -> tokens [bs, gamma], logits [bs, gamma, vocab]."""
         base = self.lm_head(hidden)
         if self.markov_head is not None:
-            return self.markov_head.sample_block(base, hidden, anchor, temperature, generator)
-        tokens = [sample_tokens(base[:, k], temperature, generator) for k in range(base.shape[1])]
+            return self.markov_head.sample_block(base, hidden, anchor, sampling, generator)
+        tokens = [warping.sample(base[:, k], sampling, generator) for k in range(base.shape[1])]
         return torch.stack(tokens, dim=1), base
 
 

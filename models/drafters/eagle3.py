@@ -22,11 +22,12 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
+from dspark.kernels import warping
+from dspark.kernels.warping import GREEDY, SamplingParams
 from dspark.models.drafters.base import DraftBlock, Drafter, DraftState
 from dspark.models.drafters.config import DrafterConfig
 from dspark.models.drafters.layers import (GatedMLP, RMSNorm, RotaryEmbedding, apply_rope, attend, init_weights,
                                            split_heads)
-from dspark.models.drafters.sampling import sample_tokens
 from dspark.models.errors import ConfigError
 
 
@@ -130,7 +131,7 @@ class Eagle3(Drafter):
 
     @torch.no_grad()
     def propose(self, state: DraftState, *, context_hidden, context_tokens, context_lengths, anchor,
-                temperature: float = 0.0, generator: Optional[torch.Generator] = None) -> DraftBlock:
+                sampling: SamplingParams = GREEDY, generator: Optional[torch.Generator] = None) -> DraftBlock:
         self.check_round_inputs(state, context_hidden, context_tokens, context_lengths, anchor)
         state.cache.crop(state.committed)  # drop last round's scratch chain
         bs = anchor.shape[0]
@@ -140,17 +141,17 @@ class Eagle3(Drafter):
         out = self.extend(state, next_tokens, self.fc(context_hidden.to(self.dtype)), context_lengths)
         state.committed = state.committed + context_lengths
         hidden = out[rows, context_lengths - 1]  # [bs, d]
-        tokens, logits = self.chain(state, hidden, temperature, generator)
-        return DraftBlock(tokens=tokens, logits=logits, confidence=None, temperature=temperature)
+        tokens, logits = self.chain(state, hidden, sampling, generator)
+        return DraftBlock(tokens=tokens, logits=logits, confidence_logits=None, sampling=sampling)
 
-    def chain(self, state: DraftState, hidden: torch.Tensor, temperature: float,
+    def chain(self, state: DraftState, hidden: torch.Tensor, sampling: SamplingParams,
               generator: Optional[torch.Generator]) -> Tuple[torch.Tensor, torch.Tensor]:
         """gamma autoregressive steps from the output of the anchor pair. hidden: [bs, d]."""
         ones = torch.ones(hidden.shape[0], dtype=torch.long, device=hidden.device)
         tokens, logits = [], []
         for k in range(self.config.gamma):
             step_logits = self.logits(hidden)
-            token = sample_tokens(step_logits, temperature, generator)
+            token = warping.sample(step_logits, sampling, generator)
             tokens.append(token)
             logits.append(step_logits)
             if k + 1 < self.config.gamma:

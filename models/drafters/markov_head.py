@@ -17,7 +17,8 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
-from dspark.models.drafters.sampling import sample_tokens
+from dspark.kernels import warping
+from dspark.kernels.warping import SamplingParams
 
 
 class MarkovHead(nn.Module, ABC):
@@ -58,7 +59,7 @@ class MarkovHead(nn.Module, ABC):
         return base_logits + torch.stack(biases, dim=-2)
 
     def sample_block(self, base_logits: torch.Tensor, hidden: torch.Tensor, anchor: torch.Tensor,
-                     temperature: float, generator: Optional[torch.Generator]) -> Tuple[torch.Tensor, torch.Tensor]:
+                     sampling: SamplingParams, generator: Optional[torch.Generator]) -> Tuple[torch.Tensor, torch.Tensor]:
         """Draft left to right, each token feeding the next position's bias.
 
         base_logits: [bs, gamma, vocab]; hidden: [bs, gamma, hidden]; anchor: [bs] long.
@@ -70,7 +71,7 @@ class MarkovHead(nn.Module, ABC):
         for k in range(base_logits.shape[1]):
             bias, state = self.step_bias(prev, hidden[:, k], state)
             step_logits = base_logits[:, k] + bias
-            prev = sample_tokens(step_logits, temperature, generator)
+            prev = warping.sample(step_logits, sampling, generator)
             tokens.append(prev)
             logits.append(step_logits)
         return torch.stack(tokens, dim=1), torch.stack(logits, dim=1)

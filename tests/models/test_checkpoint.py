@@ -3,9 +3,11 @@ import json
 
 import pytest
 import torch
+
 from safetensors.torch import load_file, save_file
 from transformers import Qwen3Config
 
+from dspark.kernels.warping import SamplingParams
 from dspark.models.checkpoint import ARCH_DFLASH, ARCH_DSPARK, ARCH_EAGLE3, load_drafter, save_drafter
 from dspark.models.errors import CheckpointError
 from tests.models.drafters.drafter_helpers import GAMMA, VARIANTS, make_drafter, target_sequence
@@ -24,9 +26,9 @@ def outputs(drafter, target):
             out = drafter.forward_train(features, ids, torch.tensor([[1, 6], [3, 0]]), torch.tensor([[1, 1], [1, 0]]).bool())
             train = [out.draft_logits] + ([] if out.confidence_logits is None else [out.confidence_logits])
     block = drafter.propose(drafter.init_state(2), context_hidden=features[:, :5], context_tokens=ids[:, :5],
-                            context_lengths=torch.tensor([5, 3]), anchor=ids[:, 5], temperature=0.8,
+                            context_lengths=torch.tensor([5, 3]), anchor=ids[:, 5], sampling=SamplingParams(0.8),
                             generator=torch.Generator().manual_seed(0))
-    return train + [block.tokens, block.logits] + ([] if block.confidence is None else [block.confidence])
+    return train + [block.tokens, block.logits] + ([] if block.confidence_logits is None else [block.confidence_logits])
 
 
 @pytest.fixture(scope="module")

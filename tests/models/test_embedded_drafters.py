@@ -39,7 +39,7 @@ def test_committed_drafter_fits_the_target_and_proposes_a_block(kind, target):
     block = drafter.propose(drafter.init_state(1), context_hidden=features, context_tokens=ids,
                             context_lengths=torch.tensor([prompt_len]), anchor=anchor)
     assert block.tokens.shape == (1, cfg.gamma)
-    assert (block.confidence is not None) == (kind == "dspark")
+    assert (block.confidence() is not None) == (kind == "dspark")
 
 
 def test_drafters_share_target_data_and_budget_and_have_cards():

@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from dspark.kernels.warping import SamplingParams
 from tests.models.drafters.drafter_helpers import BLOCK_VARIANTS, GAMMA, make_drafter, target_sequence
 
 VOCAB = 64
@@ -13,7 +14,7 @@ def propose_once(drafter, ids, features, anchor_pos, temperature=0.0, generator=
     state = drafter.init_state(bs)
     block = drafter.propose(state, context_hidden=features[:, :anchor_pos], context_tokens=ids[:, :anchor_pos],
                             context_lengths=torch.full((bs,), anchor_pos), anchor=ids[:, anchor_pos],
-                            temperature=temperature, generator=generator)
+                            sampling=SamplingParams(temperature), generator=generator)
     return state, block
 
 
@@ -44,10 +45,11 @@ def test_propose_shapes(tiny_target, variant):
     assert torch.allclose(block.probs().sum(-1), torch.ones(3, GAMMA))
     assert state.committed.tolist() == [7, 7, 7]
     if drafter.confidence_head is None:
-        assert block.confidence is None
+        assert block.confidence() is None
     else:
-        assert block.confidence.shape == (3, GAMMA)
-        assert ((block.confidence > 0) & (block.confidence < 1)).all()
+        confidence = block.confidence()
+        assert confidence.shape == (3, GAMMA)
+        assert ((confidence > 0) & (confidence < 1)).all()
 
 
 @pytest.mark.parametrize("variant", BLOCK_VARIANTS)
@@ -62,8 +64,8 @@ def test_teacher_forced_training_equals_drafting(tiny_target, variant, temperatu
     drafted[:, p + 1:p + 1 + GAMMA] = block.tokens  # the "data" is now exactly what was drafted
     out = drafter.forward_train(features, drafted, torch.tensor([[p], [p]]), torch.ones(2, 1, dtype=torch.bool))
     torch.testing.assert_close(out.draft_logits[:, 0], block.logits, atol=1e-5, rtol=1e-5)
-    if block.confidence is not None:
-        torch.testing.assert_close(torch.sigmoid(out.confidence_logits[:, 0]), block.confidence, atol=1e-5, rtol=1e-5)
+    if block.confidence_logits is not None:
+        torch.testing.assert_close(torch.sigmoid(out.confidence_logits[:, 0]), block.confidence(), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("variant", ["dspark_vanilla", "dflash"])

@@ -34,7 +34,7 @@ def test_ttt_steps_equal_the_drafted_chain(tiny_target):
     logits = drafter.forward_train(features, drafted, torch.ones(2, 14), ttt_steps=GAMMA)
     torch.testing.assert_close(logits[:, :, p - 1].transpose(0, 1), block.logits, atol=1e-5, rtol=1e-5)
     assert torch.equal(block.tokens, block.logits.argmax(-1))
-    assert block.confidence is None
+    assert block.confidence() is None
 
 
 def test_later_steps_do_not_see_later_positions(tiny_target):

@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from dspark.kernels.warping import SamplingParams
 from dspark.models.drafters.confidence_head import ConfidenceHead
 from dspark.models.drafters.markov_head import build_markov_head
 from tests.models.drafters.drafter_helpers import make_drafter, target_sequence
@@ -63,7 +64,7 @@ def test_teacher_forced_block_equals_sequential_sampling(head_type, temperature)
     base, hidden, _ = block_inputs()
     anchor = torch.tensor([3, 7, 11])
     with torch.no_grad():
-        tokens, logits = head.sample_block(base, hidden, anchor, temperature, torch.Generator().manual_seed(5))
+        tokens, logits = head.sample_block(base, hidden, anchor, SamplingParams(temperature), torch.Generator().manual_seed(5))
         prev = torch.cat([anchor[:, None], tokens[:, :-1]], 1)
         torch.testing.assert_close(head.block_logits(base, hidden, prev), logits, atol=1e-6, rtol=1e-6)
     if temperature == 0.0:
