@@ -1,0 +1,187 @@
+"""The reference speculative decoding engine: batched, lossless, for any drafter (DSpark, DFlash, Eagle3).
+
+    prefill   target forward over the (left-padded) prompts; sample the first token, the first anchor
+    loop      draft    drafter.propose: gamma tokens after the anchor (+ confidences for DSpark)
+              allocate a verification length k_b per request (verify_length.py), capped by its token budget
+              verify   one target forward over the ragged blocks [anchor, d_1..d_k]; accept losslessly
+                       (kernels/verification.py): n drafts, then a correction or bonus token
+              commit   the n drafts and the new token; the target keeps their KV, the drafter their features;
+                       a request stops at EOS (even mid-block) or after max_new_tokens
+With no drafter every round verifies only the anchor: plain autoregressive decoding through the same code,
+which is the no-speculation baseline.
+
+RNG contract: every random draw (first token, drafts, acceptance, residual) uses the caller's generator.
+"""
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+import torch
+
+from dspark.kernels import warping
+from dspark.kernels.verification import Verdict, verify_greedy, verify_sampled
+from dspark.kernels.warping import GREEDY, SamplingParams
+from dspark.models.decoding.target import TargetRunner
+from dspark.models.decoding.verify_length import FixedLength, VerifyLengthPolicy
+from dspark.models.drafters.base import DraftBlock, Drafter
+from dspark.models.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_new_tokens: int = 128
+    sampling: SamplingParams = GREEDY
+    eos_token_ids: tuple = ()
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass(frozen=True)
+class Round:
+    """One verification round of one request."""
+
+    verify_len: int  # drafts sent to the target (k)
+    accepted: int  # drafts the target accepted (n <= k)
+    emitted: int  # tokens committed: n + 1, fewer when EOS or max_new_tokens cut the round short
+    confidence_logits: Optional[List[float]]  # raw c_1..c_gamma (before STS); None without a confidence head
+
+
+@dataclass
+class Generation:
+    prompt_ids: List[int]
+    token_ids: List[int] = field(default_factory=list)
+    rounds: List[Round] = field(default_factory=list)
+    finish_reason: str = ""  # "eos" or "length"
+
+    @property
+    def target_forwards(self) -> int:
+        return 1 + len(self.rounds)  # the prefill produced the first token
+
+
+class SpeculativeDecoder:
+    def __init__(self, target: torch.nn.Module, drafter: Optional[Drafter] = None,
+                 policy: VerifyLengthPolicy = FixedLength(), sts_temperatures: Optional[torch.Tensor] = None):
+        if drafter is not None and policy.needs_confidence and drafter.config.kind != "dspark":
+            raise ConfigError(f"{type(policy).__name__} needs confidences; the {drafter.config.kind} drafter has none")
+        self.target, self.drafter, self.policy, self.sts_temperatures = target, drafter, policy, sts_temperatures
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], config: GenerationConfig,
+                 generator: Optional[torch.Generator] = None) -> List[Generation]:
+        check_prompts(prompts)
+        results = [Generation(prompt_ids=list(p)) for p in prompts]
+        taps = self.drafter.config.target_layer_ids if self.drafter is not None else ()
+        target = TargetRunner(self.target, len(prompts), taps)
+        tokens, valid = left_padded(prompts, target.device)
+        step = target.forward(tokens, valid)
+        target.commit(valid)
+        anchor = warping.sample(step.logits[:, -1], config.sampling, generator)
+        rows = list(range(len(prompts)))  # batch row -> index into results
+        keep = self.emit(results, rows, [[t] for t in anchor.tolist()], config)
+        state = self.drafter.init_state(len(prompts), target.device) if self.drafter is not None else None
+        context = right_aligned(step.features, tokens, valid) if self.drafter is not None else None
+        while keep:
+            index = torch.tensor(keep, device=target.device)
+            rows, anchor = [rows[i] for i in keep], anchor[index]
+            target.select(index)
+            if state is not None:
+                state.select(index)
+                context = tuple(t[index] for t in context)
+            block = self.draft(state, context, anchor, config.sampling, generator)
+            lengths = self.verify_lengths(block, results, rows, config)
+            width = int(lengths.max()) + 1
+            draft_tokens = block.tokens[:, : width - 1] if block is not None else anchor.new_zeros(len(rows), 0)
+            tokens = torch.cat([anchor.unsqueeze(1), draft_tokens], dim=1)
+            slots = torch.arange(width, device=target.device)
+            step = target.forward(tokens, slots <= lengths.unsqueeze(1))
+            verdict = accept(step.logits, block, draft_tokens, lengths, config.sampling, generator)
+            target.commit(slots <= verdict.accepted.unsqueeze(1))
+            context = (step.features, tokens, verdict.accepted + 1) if state is not None else None
+            anchor = verdict.next_token
+            keep = self.record(results, rows, block, lengths, verdict, draft_tokens, config)
+        return results
+
+    def draft(self, state, context, anchor, sampling, generator) -> Optional[DraftBlock]:
+        if self.drafter is None:
+            return None
+        hidden, tokens, lengths = context
+        return self.drafter.propose(state, context_hidden=hidden, context_tokens=tokens, context_lengths=lengths,
+                                    anchor=anchor, sampling=sampling, generator=generator)
+
+    def verify_lengths(self, block: Optional[DraftBlock], results, rows, config) -> torch.Tensor:
+        """The policy's k per request, capped so a round never drafts past max_new_tokens. -> [bs] long"""
+        if block is None:
+            return torch.zeros(len(rows), dtype=torch.long)
+        lengths = self.policy(block, block.confidence(self.sts_temperatures))
+        remaining = torch.tensor([config.max_new_tokens - len(results[r].token_ids) - 1 for r in rows])
+        return torch.minimum(lengths.cpu(), remaining).to(block.tokens.device)
+
+    def record(self, results, rows, block, lengths, verdict: Verdict, draft_tokens, config) -> List[int]:
+        """Append each request's round and committed tokens; returns the batch rows still running."""
+        accepted, next_token = verdict.accepted.tolist(), verdict.next_token.tolist()
+        confidence = block.confidence_logits.float().tolist() if block is not None and \
+            block.confidence_logits is not None else [None] * len(rows)
+        committed = [draft_tokens[i, :n].tolist() + [t] for i, (n, t) in enumerate(zip(accepted, next_token))]
+        before = [len(results[r].token_ids) for r in rows]
+        keep = self.emit(results, rows, committed, config)
+        for i, r in enumerate(rows):
+            emitted = len(results[r].token_ids) - before[i]
+            results[r].rounds.append(Round(int(lengths[i]), accepted[i], emitted, confidence[i]))
+        return keep
+
+    @staticmethod
+    def emit(results, rows, committed: List[List[int]], config: GenerationConfig) -> List[int]:
+        """Append committed tokens, cut at the first EOS and at max_new_tokens; returns rows still running."""
+        keep = []
+        for i, (r, new_tokens) in enumerate(zip(rows, committed)):
+            out = results[r]
+            for token in new_tokens:
+                out.token_ids.append(token)
+                if token in config.eos_token_ids:
+                    out.finish_reason = "eos"
+                    break
+                if len(out.token_ids) >= config.max_new_tokens:
+                    out.finish_reason = "length"
+                    break
+            if not out.finish_reason:
+                keep.append(i)
+        return keep
+
+
+def accept(target_logits: torch.Tensor, block: Optional[DraftBlock], draft_tokens: torch.Tensor,
+           lengths: torch.Tensor, sampling: SamplingParams, generator) -> Verdict:
+    """Dispatch to the greedy or sampled verification rule. target_logits: [bs, K+1, vocab]."""
+    if sampling.greedy:
+        return verify_greedy(target_logits, draft_tokens, lengths)
+    K = draft_tokens.shape[1]
+    draft_probs = block.probs()[:, :K] if block is not None else target_logits.new_zeros(*draft_tokens.shape, 1)
+    return verify_sampled(warping.probs(target_logits, sampling), draft_probs, draft_tokens, lengths, generator)
+
+
+def check_prompts(prompts: Sequence[Sequence[int]]) -> None:
+    if not prompts:
+        raise ConfigError("no prompts to generate from")
+    empty = [i for i, p in enumerate(prompts) if len(p) == 0]
+    if empty:
+        raise ConfigError(f"prompt(s) {empty} are empty: every prompt needs at least one token")
+
+
+def left_padded(prompts: Sequence[Sequence[int]], device) -> tuple:
+    """[bs, P] token ids and [bs, P] validity, each prompt right-aligned (padding on the left)."""
+    width = max(len(p) for p in prompts)
+    tokens = torch.zeros(len(prompts), width, dtype=torch.long)
+    valid = torch.zeros(len(prompts), width, dtype=torch.bool)
+    for i, p in enumerate(prompts):
+        tokens[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
+        valid[i, width - len(p):] = True
+    return tokens.to(device), valid.to(device)
+
+
+def right_aligned(features: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor) -> tuple:
+    """Left-padded prefill rows -> the drafter's right-padded (features, tokens, lengths)."""
+    lengths = valid.sum(dim=1)
+    start = (valid.shape[1] - lengths).unsqueeze(1)
+    index = (start + torch.arange(valid.shape[1], device=valid.device)).clamp(max=valid.shape[1] - 1)
+    hidden = features.gather(1, index.unsqueeze(2).expand(-1, -1, features.shape[2]))
+    return hidden, tokens.gather(1, index), lengths
