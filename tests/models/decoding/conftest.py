@@ -1,0 +1,34 @@
+"""The committed embedded target and its three drafters, loaded once for the decoding tests."""
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from dspark.models.checkpoint import load_drafter
+from tests.paths import EMBEDDED, EMBEDDED_TARGET
+
+KINDS = ("dspark", "dflash", "eagle3")
+# Prompts of different lengths (1 to ~40 tokens), so batches are ragged from the prefill on.
+TEXTS = ("def", "import os\nimport sys\n\n", "class Foo(object):\n    def __init__(self, name):\n        self.",
+         "    return x", "# Copyright 2001 Python Software Foundation\n\"\"\"Utilities for", "if __name__ == ",
+         "for i in range(", "    def close(self):\n        \"\"\"Close the file.\"\"\"\n        ")
+
+
+@pytest.fixture(scope="session")
+def embedded_target():
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    return AutoModelForCausalLM.from_pretrained(EMBEDDED_TARGET, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def embedded_tokenizer():
+    return AutoTokenizer.from_pretrained(EMBEDDED_TARGET)
+
+
+@pytest.fixture(scope="session")
+def embedded_drafters(embedded_target):
+    return {kind: load_drafter(EMBEDDED / kind, embedded_target.config, dtype=torch.float32) for kind in KINDS}
+
+
+@pytest.fixture(scope="session")
+def prompts(embedded_tokenizer):
+    return [embedded_tokenizer.encode(text) for text in TEXTS]
