@@ -62,7 +62,7 @@ def verify_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_
 
     rows = torch.arange(bs, device=draft_tokens.device)
     p_next = target_probs[rows, accepted]  # [bs, vocab]
-    q_next = torch.cat([draft_probs, torch.zeros_like(draft_probs[:, :1])], dim=1)[rows, accepted]  # 0 at n = K
+    q_next = torch.cat([draft_probs, target_probs.new_zeros(bs, 1, target_probs.shape[2])], dim=1)[rows, accepted]
     rejected = (accepted < lengths).unsqueeze(1)
     residual = torch.where(rejected, (p_next - q_next).clamp(min=0), p_next)
     mass = residual.sum(dim=1, keepdim=True)

@@ -93,3 +93,9 @@ def test_warping_keeps_the_top_tokens_and_renormalises(params):
     assert torch.isclose(probs.sum(), torch.tensor(1.0))
     kept = (probs > 0).nonzero().flatten().tolist()
     assert kept == ([0, 1] if params.top_k == 2 else [0])
+
+
+def test_empty_blocks_sample_the_bonus_from_the_target():
+    p = torch.tensor([[[0.0, 1.0, 0.0]]]).expand(5, 1, 3).contiguous()
+    verdict = verify_sampled(p, torch.zeros(5, 0, 3), torch.zeros(5, 0, dtype=torch.long), torch.zeros(5, dtype=torch.long))
+    assert verdict.accepted.tolist() == [0] * 5 and verdict.next_token.tolist() == [1] * 5

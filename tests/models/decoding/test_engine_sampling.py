@@ -1,0 +1,51 @@
+"""At temperature 1, speculative sampling has the target's distribution (two-sample chi-square per position)."""
+import pytest
+import torch
+from scipy.stats import chi2_contingency
+
+from dspark.kernels.warping import SamplingParams
+from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
+from tests.models.decoding.conftest import KINDS
+
+SAMPLES = 2000
+LENGTH = 3
+P_MIN = 1e-3
+MIN_POOLED = 20  # tokens seen fewer times than this (both samples together) share one "other" cell
+
+
+def target_samples(target, prompt, params, seed):
+    torch.manual_seed(seed)
+    out = target.generate(torch.tensor([prompt]).expand(SAMPLES, -1), do_sample=True, max_new_tokens=LENGTH,
+                          temperature=params.temperature, top_k=params.top_k or None, top_p=params.top_p,
+                          eos_token_id=None, pad_token_id=0)
+    return out[:, len(prompt):]
+
+
+def speculative_samples(target, drafter, prompt, params, seed):
+    gen = torch.Generator().manual_seed(seed)
+    outputs = []
+    for _ in range(SAMPLES // 1000):
+        outputs += SpeculativeDecoder(target, drafter).generate(
+            [prompt] * 1000, GenerationConfig(max_new_tokens=LENGTH, sampling=params), gen)
+    return torch.tensor([g.token_ids for g in outputs]), outputs
+
+
+def same_distribution_pvalue(a: torch.Tensor, b: torch.Tensor) -> float:
+    vocab = int(max(a.max(), b.max())) + 1
+    counts = torch.stack([torch.bincount(a, minlength=vocab), torch.bincount(b, minlength=vocab)])
+    common = counts.sum(0) >= MIN_POOLED
+    table = torch.cat([counts[:, common], counts[:, ~common].sum(1, keepdim=True)], dim=1)
+    table = table[:, table.sum(0) > 0]
+    return chi2_contingency(table.numpy()).pvalue
+
+
+@pytest.mark.parametrize("kind,params", [("dspark", SamplingParams(1.0)), ("eagle3", SamplingParams(1.0)),
+                                         ("dflash", SamplingParams(1.0, top_k=20, top_p=0.9))])
+def test_speculative_sampling_matches_target_sampling(kind, params, embedded_target, embedded_drafters, prompts):
+    prompt = prompts[1]
+    reference = target_samples(embedded_target, prompt, params, seed=1)
+    speculative, outputs = speculative_samples(embedded_target, embedded_drafters[kind], prompt, params, seed=2)
+    assert sum(r.accepted for g in outputs for r in g.rounds) > SAMPLES // 10, "drafts must be accepted often"
+    assert any(r.accepted < r.verify_len for g in outputs for r in g.rounds), "and rejected sometimes"
+    for position in range(LENGTH):
+        assert same_distribution_pvalue(reference[:, position], speculative[:, position]) > P_MIN, position
