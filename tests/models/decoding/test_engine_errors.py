@@ -1,0 +1,32 @@
+"""Bad requests to the engine get a clear ConfigError."""
+import pytest
+
+from dspark.kernels.warping import SamplingParams
+from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
+from dspark.models.decoding.verify_length import StaticThreshold
+from dspark.models.errors import ConfigError
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: GenerationConfig(max_new_tokens=0), "max_new_tokens must be >= 1"),
+    (lambda: SamplingParams(temperature=-1), "temperature must be >= 0"),
+    (lambda: SamplingParams(1.0, top_p=0), "top_p must lie in"),
+    (lambda: SamplingParams(1.0, top_k=-2), "top_k must be >= 0"),
+    (lambda: StaticThreshold(1.5), "threshold must lie in"),
+])
+def test_invalid_settings_are_named(make, match):
+    with pytest.raises(ConfigError, match=match):
+        make()
+
+
+def test_empty_prompts_are_refused(embedded_target):
+    decoder = SpeculativeDecoder(embedded_target)
+    with pytest.raises(ConfigError, match=r"prompt\(s\) \[1\] are empty"):
+        decoder.generate([[5, 6], []], GenerationConfig())
+    with pytest.raises(ConfigError, match="no prompts"):
+        decoder.generate([], GenerationConfig())
+
+
+def test_threshold_policy_needs_a_confidence_head(embedded_target, embedded_drafters):
+    with pytest.raises(ConfigError, match="needs confidences; the eagle3 drafter has none"):
+        SpeculativeDecoder(embedded_target, embedded_drafters["eagle3"], StaticThreshold(0.5))

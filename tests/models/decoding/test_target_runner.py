@@ -1,0 +1,47 @@
+"""The ragged target cache: holes and compaction never change what the target computes."""
+import torch
+
+from dspark.models.decoding import target as target_module
+from dspark.models.decoding.target import TargetRunner
+
+
+def test_holes_and_compaction_leave_logits_unchanged(embedded_target, prompts, monkeypatch):
+    """Row 0 commits 1 of 4 slots per forward, row 1 2 of 4; logits match a plain forward of the committed text."""
+    monkeypatch.setattr(target_module, "COMPACT_HOLE_FRACTION", 0.1)  # holes approach 1/4 of the cache
+    calls = []
+    compact = TargetRunner.compact
+    monkeypatch.setattr(TargetRunner, "compact", lambda self: calls.append(1) or compact(self))
+    torch.manual_seed(0)
+    runner = TargetRunner(embedded_target, 2)
+    a, b = prompts[3], prompts[5]
+    width = max(len(a), len(b))
+    tokens = torch.tensor([[0] * (width - len(a)) + a, [0] * (width - len(b)) + b])
+    valid = tokens.new_ones(tokens.shape, dtype=torch.bool)
+    valid[0, : width - len(a)] = False
+    valid[1, : width - len(b)] = False
+    runner.forward(tokens, valid)
+    runner.commit(valid)
+    committed = [list(a), list(b)]
+    for _ in range(6):
+        new = torch.randint(5, 4000, (2, 4))
+        step = runner.forward(new, torch.ones(2, 4, dtype=torch.bool))
+        for row, text in enumerate(committed):
+            reference = embedded_target(torch.tensor([text + new[row].tolist()])).logits[0, -4:]
+            torch.testing.assert_close(step.logits[row], reference, atol=2e-4, rtol=1e-4)
+        kept = torch.tensor([[True, False, False, False], [True, True, False, False]])
+        runner.commit(kept)
+        committed[0].append(int(new[0, 0]))
+        committed[1] += new[1, :2].tolist()
+    assert len(calls) >= 2, "row 0's holes should have triggered compactions"
+    assert runner.lengths.tolist() == [len(committed[0]), len(committed[1])]
+    assert runner.valid.sum(dim=1).tolist() == runner.lengths.tolist()
+
+
+def test_trailing_holes_are_cropped_so_batch_one_keeps_no_hole(embedded_target, prompts):
+    runner = TargetRunner(embedded_target, 1)
+    prompt = torch.tensor([prompts[2]])
+    runner.forward(prompt, torch.ones_like(prompt, dtype=torch.bool))
+    runner.commit(torch.ones_like(prompt, dtype=torch.bool))
+    runner.forward(torch.tensor([[7, 8, 9]]), torch.ones(1, 3, dtype=torch.bool))
+    runner.commit(torch.tensor([[True, True, False]]))
+    assert runner.valid.all() and runner.cache.get_seq_length() == prompt.shape[1] + 2
