@@ -1,0 +1,82 @@
+"""Sequential Temperature Scaling (paper §3.2.1): per-position temperatures for the confidence head.
+
+The confidence head's c_k estimates P(d_k accepted | d_<k accepted); what allocation uses is the survival
+a_k = prod_{i<=k} sigma(c_i / t_i). STS fits t_1..t_gamma left to right on held-out fixed-length rollouts: at
+position k a 1-D grid search picks the t_k whose survival has the lowest ECE (20 equal-width bins), with
+t_1..t_{k-1} already fixed. Dividing a logit by t > 0 preserves its order, so the ranking (AUROC) at position 1
+is unchanged and only the calibration moves.
+
+The JSON is SGLang 0.5.23's `DSparkStsCalibration` (`--speculative-dspark-confidence-sts-path`):
+{"temperatures": [t_1..t_gamma], "dataset": str, "num_samples": int, "ece_before": [...], "ece_after": [...]};
+SGLang applies sigmoid(c_k / t_k), as DraftBlock.confidence does with these temperatures.
+"""
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import List
+
+import torch
+
+from dspark.models.errors import ConfigError
+from dspark.models.evaluation.calibration import CalibrationData, expected_calibration_error, per_position
+
+# t in [0.25, 5.00] in steps of 0.01 (the paper leaves the grid unspecified).
+DEFAULT_GRID = torch.arange(25, 501, dtype=torch.float64) / 100
+
+
+@dataclass(frozen=True)
+class StsCalibration:
+    temperatures: List[float]
+    dataset: str = ""
+    num_samples: int = 0
+    ece_before: List[float] = field(default_factory=list)
+    ece_after: List[float] = field(default_factory=list)
+
+    def tensor(self) -> torch.Tensor:
+        return torch.tensor(self.temperatures, dtype=torch.float32)
+
+    def save(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+
+def load_sts(path: Path, gamma: int) -> StsCalibration:
+    """Read an STS JSON (ours or SGLang's) for a drafter with this gamma; ConfigError names what is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"STS calibration {path} does not exist (write one with `dspark calibrate`)")
+    try:
+        raw = json.loads(path.read_text())
+        calibration = StsCalibration(**raw)
+    except (json.JSONDecodeError, TypeError) as error:
+        raise ConfigError(f"STS calibration {path} is not a DSparkStsCalibration JSON: {error}") from None
+    temps = calibration.temperatures
+    if not isinstance(temps, list) or not temps or not all(isinstance(t, (int, float)) and t > 0 for t in temps):
+        raise ConfigError(f"STS calibration {path}: temperatures must be a non-empty list of numbers > 0, got {temps}")
+    if len(temps) != gamma:
+        raise ConfigError(f"STS calibration {path} was fit for gamma={len(temps)}, but the drafter has gamma={gamma}")
+    return calibration
+
+
+def fit_sts(data: CalibrationData, grid: torch.Tensor = DEFAULT_GRID) -> torch.Tensor:
+    """The STS temperatures [gamma] float64 for these rollouts (module docstring)."""
+    gamma = data.logits.shape[1]
+    logits, labels, observed = data.logits.double(), data.labels, data.observed
+    temperatures = torch.ones(gamma, dtype=torch.float64)
+    prefix = torch.ones(logits.shape[0], dtype=torch.float64)  # prod_{i<k} sigma(c_i / t_i)
+    for k in range(gamma):
+        rows = observed[:, k]
+        if rows.any():
+            eces = [expected_calibration_error(prefix[rows] * torch.sigmoid(logits[rows, k] / t), labels[rows, k])
+                    for t in grid]
+            temperatures[k] = grid[int(torch.tensor(eces).argmin())]
+        prefix = prefix * torch.sigmoid(logits[:, k] / temperatures[k])
+    return temperatures
+
+
+def calibrate(fit_data: CalibrationData, test_data: CalibrationData, dataset: str) -> StsCalibration:
+    """Fit on one set of rollouts, report per-position ECE before and after on a disjoint one."""
+    temperatures = fit_sts(fit_data)
+    before = [row["ece"] for row in per_position(test_data)]
+    after = [row["ece"] for row in per_position(test_data, temperatures)]
+    return StsCalibration(temperatures=[round(float(t), 4) for t in temperatures], dataset=dataset,
+                          num_samples=int(fit_data.logits.shape[0]), ece_before=before, ece_after=after)
