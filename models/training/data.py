@@ -12,7 +12,14 @@ such as the embedded target there are no chat turns, so the analogue is:
   source="corpus": windows of prompt_len + response_len tokens of the documents themselves, loss_mask on all but
       the first prompt_len tokens (the same shape of sample, with data tokens instead of target tokens).
 
-All samples have the same length, so batches need no padding beyond the post-EOS tail. Target features are not
+  source="chat": for chat targets. prompt = one user turn of a prompt list (dspark.models.training.chat_prompts,
+      never an eval set) in the target's chat template with the generation prompt (at most `prompt_len` tokens;
+      longer prompts are skipped), response = the target's own reply of up to `response_len` tokens sampled as
+      above. Prompts differ in length, so they are generated left-padded (positions counted from each prompt's
+      first token) and stored right-padded: [prompt, response, padding], padding with attention_mask and
+      loss_mask False, loss_mask on the response.
+
+All samples have the same length, so batches need no padding beyond the tail. Target features are not
 stored: the trainer recomputes them online with a target forward. The token ids alone are small, so a dataset can
 be cached with save_dataset / load_dataset (a .pt file next to a JSON key: the DataConfig and the target's identity).
 
@@ -32,7 +39,7 @@ from transformers import DynamicCache
 
 from dspark.models.errors import ConfigError
 
-SOURCES = ("generations", "corpus")
+SOURCES = ("generations", "corpus", "chat")
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,7 @@ class DataConfig:
 
     source: str = "generations"
     num_samples: int = 2048
-    prompt_len: int = 64
+    prompt_len: int = 64  # chat: the longest prompt kept
     response_len: int = 128
     temperature: float = 0.7  # DeepSpec's regeneration settings; 0 = greedy
     top_p: float = 0.8
@@ -134,11 +141,22 @@ def continue_prompts(
     cfg: DataConfig,
     eos_token_id: int,
     generator: torch.Generator,
+    prompt_mask: torch.Tensor | None = None,  # [bs, prompt_len] bool, False on left padding; None: no padding
 ) -> TokenDataset:
-    """Append the target's continuation of cfg.response_len tokens to each prompt (KV-cached decoding)."""
+    """Append the target's continuation of cfg.response_len tokens to each prompt (KV-cached decoding).
+
+    With a prompt_mask, padded positions are masked out and positions count from each prompt's first real token,
+    so a left-padded prompt is continued exactly as it would be alone.
+    """
     bs = prompts.shape[0]
+    prompt_mask = torch.ones_like(prompts, dtype=torch.bool) if prompt_mask is None else prompt_mask.bool()
+    mask = prompt_mask.long()
+    position = mask.cumsum(dim=1) - 1
     cache = DynamicCache()
-    logits = target(input_ids=prompts, past_key_values=cache, use_cache=True).logits[:, -1]
+    step = lambda ids: target(input_ids=ids, attention_mask=mask, position_ids=position.clamp(min=0),  # noqa: E731
+                              past_key_values=cache, use_cache=True).logits[:, -1]
+    logits = step(prompts)
+    position = position[:, -1:]
     finished = torch.zeros(bs, dtype=torch.bool, device=prompts.device)
     response, alive = [], []
     for _ in range(cfg.response_len):
@@ -149,12 +167,12 @@ def continue_prompts(
         finished = finished | (token == eos_token_id)
         if finished.all():
             break
-        logits = target(input_ids=token[:, None], past_key_values=cache, use_cache=True).logits[:, -1]
+        mask, position = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1), position + 1
+        logits = step(token[:, None])
     n_missing = cfg.response_len - len(response)
     response += [torch.full_like(response[0], eos_token_id)] * n_missing
     alive += [torch.zeros_like(alive[0])] * n_missing
     response_mask = torch.stack(alive, dim=1)
-    prompt_mask = torch.ones_like(prompts, dtype=torch.bool)
     return TokenDataset(
         input_ids=torch.cat([prompts, torch.stack(response, dim=1)], dim=1),
         loss_mask=torch.cat([torch.zeros_like(prompt_mask), response_mask], dim=1),
@@ -177,16 +195,63 @@ def build_dataset(
         loss_mask[:, : cfg.prompt_len] = False
         return TokenDataset(ids, loss_mask, torch.ones_like(loss_mask))
     if target is None or eos_token_id is None:
-        raise ValueError("source='generations' needs the target model and its eos_token_id")
-    prompts = sample_windows(documents, cfg.prompt_len, cfg.num_samples, generator)
+        raise ValueError(f"source={cfg.source!r} needs the target model and its eos_token_id")
+    if cfg.source == "chat":
+        prompts, prompt_mask = pick_chat_prompts(documents, cfg, eos_token_id, generator)
+    else:
+        prompts = sample_windows(documents, cfg.prompt_len, cfg.num_samples, generator)
+        prompt_mask = torch.ones_like(prompts, dtype=torch.bool)
     device = next(target.parameters()).device
     parts = []
     starts = range(0, cfg.num_samples, cfg.generation_batch_size)
     for start in tqdm(starts, desc="generating training data", unit="batch", disable=not progress):
-        chunk = prompts[start : start + cfg.generation_batch_size].to(device)
-        parts.append(continue_prompts(target, chunk, cfg, eos_token_id, generator))
+        rows = slice(start, start + cfg.generation_batch_size)
+        # Drop the padding columns no prompt of this batch needs (a batch holds prompts of similar length).
+        width = int(prompt_mask[rows].sum(dim=1).max())
+        chunk, chunk_mask = prompts[rows, -width:].to(device), prompt_mask[rows, -width:].to(device)
+        part = continue_prompts(target, chunk, cfg, eos_token_id, generator, prompt_mask=chunk_mask)
+        parts.append(right_align(part, cfg.seq_len, eos_token_id))
     fields = ("input_ids", "loss_mask", "attention_mask")
     return TokenDataset(*(torch.cat([getattr(part, f) for part in parts]).cpu() for f in fields))
+
+
+def pick_chat_prompts(
+    prompts: list[torch.Tensor],  # each [prompt_tokens] long, chat-templated with the generation prompt
+    cfg: DataConfig,
+    pad_id: int,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cfg.num_samples distinct prompts of <= prompt_len tokens, drawn at random, ordered by length.
+
+    Returns ([n, prompt_len] long left-padded with pad_id, [n, prompt_len] bool mask of the real tokens).
+    """
+    usable = [p for p in prompts if 0 < p.numel() <= cfg.prompt_len]
+    if len(usable) < cfg.num_samples:
+        raise ConfigError(f"only {len(usable)} of {len(prompts)} chat prompts have <= {cfg.prompt_len} tokens, "
+                          f"fewer than num_samples={cfg.num_samples}: raise prompt_len or lower num_samples")
+    chosen = [usable[i] for i in torch.randperm(len(usable), generator=generator)[: cfg.num_samples].tolist()]
+    chosen.sort(key=len)  # similar lengths share a generation batch: little padding
+    ids = torch.full((len(chosen), cfg.prompt_len), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids, dtype=torch.bool)
+    for row, prompt in enumerate(chosen):
+        ids[row, cfg.prompt_len - prompt.numel() :] = prompt
+        mask[row, cfg.prompt_len - prompt.numel() :] = True
+    return ids, mask
+
+
+def right_align(part: TokenDataset, seq_len: int, pad_id: int) -> TokenDataset:
+    """Move each row's left padding to its end and pad or cut the rows to seq_len: [prompt, response, padding]."""
+    n, length = part.input_ids.shape
+    pad = (~part.attention_mask).long().cumprod(dim=1).sum(dim=1)  # leading padding per row
+    index = (torch.arange(length, device=pad.device) + pad[:, None]).clamp(max=length - 1)
+    inside = torch.arange(length, device=pad.device) < (length - pad)[:, None]
+    input_ids = torch.where(inside, part.input_ids.gather(1, index), torch.full_like(part.input_ids, pad_id))
+    loss_mask, attention_mask = (m.gather(1, index) & inside for m in (part.loss_mask, part.attention_mask))
+    if length < seq_len:
+        extra = seq_len - length
+        input_ids = torch.cat([input_ids, input_ids.new_full((n, extra), pad_id)], dim=1)
+        loss_mask, attention_mask = (torch.cat([m, m.new_zeros(n, extra)], dim=1) for m in (loss_mask, attention_mask))
+    return TokenDataset(input_ids[:, :seq_len], loss_mask[:, :seq_len], attention_mask[:, :seq_len])
 
 
 def save_dataset(dataset: TokenDataset, key: dict, path: Path) -> None:

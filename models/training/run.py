@@ -5,7 +5,9 @@
 
 - the target: a transformers causal LM directory (config, weights, tokenizer), frozen;
 - documents: the training split of the CPython stdlib corpus (dspark.models.embedded_target.corpus), tokenized
-  with the target's tokenizer; held-out files serve the held-out check. The eval prompt sets are never read;
+  with the target's tokenizer; held-out files serve the held-out check. For the chat source the documents are
+  chat prompts (a --prompts-file, or the built-in generated set of dspark.models.training.chat_prompts) in the
+  target's chat template, split train / held-out by a stable hash of the text. The eval prompt sets are never read;
 - DrafterSpec -> DrafterConfig (dims copied from the target) and the matching TrainTask;
 - export: config.json + model.safetensors in the SGLang/DeepSpec layout (dspark.models.checkpoint), in the chosen
   dtype, plus train_log.json and a README.md card with the exact command that reproduces it.
@@ -28,8 +30,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from dspark.models.checkpoint import WEIGHTS_FILE, save_drafter
 from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
-from dspark.models.embedded_target.corpus import Corpus, load_corpus
+from dspark.models.embedded_target.corpus import Corpus, is_held_out, load_corpus
 from dspark.models.errors import CheckpointError, ConfigError
+from dspark.models.training.chat_prompts import generate_chat_prompts, read_prompts
 from dspark.models.training.data import DataConfig, TokenDataset, build_dataset, load_dataset, save_dataset
 from dspark.models.training.evaluate import greedy_acceptance
 from dspark.models.training.losses import DFLASH_LOSS, DSPARK_LOSS
@@ -38,6 +41,7 @@ from dspark.models.training.trainer import LOG_FILE, DistContext, TrainConfig, T
 
 DEFAULT_LAYERS = {"dspark": 5, "dflash": 5, "eagle3": 1}
 MAX_TAPS = 5
+BUILTIN_CHAT_PROMPTS = 6000  # size of the generated prompt set when no --prompts-file is given (seed 0)
 
 
 @dataclass(frozen=True)
@@ -128,9 +132,37 @@ def corpus_documents(corpus: Corpus, tokenizer, split: str) -> list[torch.Tensor
     return [torch.tensor(encode(corpus.read(p)), dtype=torch.long) for p in paths]
 
 
-def export_drafter(drafter: Drafter, out_dir: Path, dtype: torch.dtype) -> Path:
-    """Save a copy of the drafter in `dtype` (the training copy stays fp32)."""
-    return save_drafter(copy.deepcopy(drafter).to(dtype), out_dir)
+def chat_prompt_texts(job: "TrainJob", corpus: Corpus) -> tuple[list[str], str]:
+    """The chat prompts (first user turns) and where they come from."""
+    if job.prompts_file is not None:
+        return read_prompts(job.prompts_file), str(job.prompts_file)
+    records = generate_chat_prompts(corpus, BUILTIN_CHAT_PROMPTS, seed=0)
+    return [r["turns"][0] for r in records], f"built-in generated set ({BUILTIN_CHAT_PROMPTS} prompts, seed 0)"
+
+
+def job_documents(job: "TrainJob", tokenizer, corpus: Corpus):
+    """(split -> token documents, description of the chat prompts, their data-cache key part) for the job."""
+    if job.data.source != "chat":
+        return (lambda split: corpus_documents(corpus, tokenizer, split)), "", {}
+    texts, prompts_source = chat_prompt_texts(job, corpus)
+    key = {"prompts_sha256": hashlib.sha256("\n\0".join(texts).encode()).hexdigest()}
+    return (lambda split: chat_documents(texts, tokenizer, corpus.held_out_percent, split)), prompts_source, key
+
+
+def chat_documents(texts: list[str], tokenizer, held_out_percent: int, split: str) -> list[torch.Tensor]:
+    """Token ids of each prompt of the split in the target's chat template, ending with the generation prompt.
+
+    The split uses the corpus rule on the prompt text (a stable hash), so it does not depend on order."""
+    held = split == "held_out"
+    chosen = [t for t in texts if is_held_out(t, held_out_percent) == held]
+    encode = lambda text: tokenizer.apply_chat_template(  # noqa: E731
+        [{"role": "user", "content": text}], add_generation_prompt=True, return_dict=True)["input_ids"]
+    return [torch.tensor(encode(t), dtype=torch.long) for t in chosen]
+
+
+def export_drafter(drafter: Drafter, out_dir: Path, dtype: torch.dtype, frozen: bool = True) -> Path:
+    """Save a copy of the drafter in `dtype` (the training copy stays fp32); frozen=False: a slim checkpoint."""
+    return save_drafter(copy.deepcopy(drafter).to(dtype), out_dir, frozen=frozen)
 
 
 def write_card(out_dir: Path, info: dict) -> None:
@@ -157,7 +189,9 @@ def write_card(out_dir: Path, info: dict) -> None:
         f"- final loss terms (mean of the last logged window of <= {info['log_every']} steps): {terms}"
         " (`accept` is the diagnostic expected acceptance rate c*, not a trained term).",
         f"- weights stored in {info['save_dtype']}; {info['trainable_params']:,} trainable parameters "
-        f"(+ the frozen embedding and lm_head copied from the target).",
+        + ("(the frozen embedding and lm_head are the target's and not stored: load with "
+           "`load_drafter(dir, target_config, target_model=target)`)." if info.get("slim") else
+           "(+ the frozen embedding and lm_head copied from the target)."),
     ]
     if accept:
         lines += [
@@ -178,13 +212,17 @@ def _heads(cfg: dict) -> str:
     return f", {cfg['markov_head_type']} Markov head rank {cfg['markov_rank']}{conf}"
 
 
-def describe_data(cfg: DataConfig, corpus: Corpus) -> str:
+def describe_data(cfg: DataConfig, corpus: Corpus, prompts_source: str = "") -> str:
     if cfg.source == "corpus":
         return (f"corpus text: windows of {cfg.seq_len} tokens from the {len(corpus.train_files)} training files of "
                 f"the stdlib corpus (split: {corpus.held_out_percent}% held out by path hash); loss on the last "
                 f"{cfg.response_len} tokens of each window.")
     sampling = ("greedy" if cfg.temperature == 0 else
                 f"sampled at temperature {cfg.temperature}, top_p {cfg.top_p}, top_k {cfg.top_k}")
+    if cfg.source == "chat":
+        return (f"the target's own chat replies: prompts are user turns of the {prompts_source} (never an eval "
+                f"set; {corpus.held_out_percent}% held out by text hash) of <= {cfg.prompt_len} tokens in the "
+                f"target's chat template, replies are up to {cfg.response_len} tokens {sampling}; loss on the reply.")
     return (f"the target's own continuations: prompts are {cfg.prompt_len}-token windows of the "
             f"{len(corpus.train_files)} training files of the stdlib corpus ({corpus.held_out_percent}% held out "
             f"by path hash, never used), responses are {cfg.response_len} tokens {sampling}; loss on the response.")
@@ -218,8 +256,10 @@ class TrainJob:
     data_cache_dir: Path
     eval_samples: int = 32  # held-out greedy continuations for the acceptance check (0: skip)
     save_dtype: str = "bfloat16"
+    slim: bool = False  # export without the frozen embedding / lm_head copies
     resume: bool = False
     mask_token_id: int | None = None  # default: the tokenizer's mask token
+    prompts_file: Path | None = None  # chat source: {"turns": [...]} records; None: the built-in generated set
     command: str = ""
 
 
@@ -245,8 +285,9 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     eos_id = tokenizer.eos_token_id
     key = {"data": asdict(job.data), "target_sha256": fingerprint, "corpus_root": str(corpus.root),
            "held_out_percent": corpus.held_out_percent, "split": "train"}
-    dataset = cached_dataset(corpus_documents(corpus, tokenizer, "train"), job.data, target, eos_id, key,
-                             job.data_cache_dir, dist)
+    documents, prompts_source, prompts_key = job_documents(job, tokenizer, corpus)
+    key.update(prompts_key)
+    dataset = cached_dataset(documents("train"), job.data, target, eos_id, key, job.data_cache_dir, dist)
     torch.manual_seed(job.train.seed)
     drafter = DRAFTER_CLASSES[config.kind].from_target(target, config).to(dist.device)
     trainer = Trainer(drafter, target, dataset, build_task(config, job.spec.n_anchors), job.train, job.work_dir, dist)
@@ -257,22 +298,24 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         return None
     held_out = None
     if job.eval_samples:
-        eval_cfg = dataclasses.replace(job.data, source="generations", num_samples=job.eval_samples, temperature=0.0)
+        eval_source = "chat" if job.data.source == "chat" else "generations"
+        eval_cfg = dataclasses.replace(job.data, source=eval_source, num_samples=job.eval_samples, temperature=0.0)
         eval_key = {**key, "data": asdict(eval_cfg), "split": "held_out"}
-        eval_set = cached_dataset(corpus_documents(corpus, tokenizer, "held_out"), eval_cfg, target, eos_id, eval_key,
+        eval_set = cached_dataset(documents("held_out"), eval_cfg, target, eos_id, eval_key,
                                   job.data_cache_dir, DistContext(device=dist.device))
         held_out = greedy_acceptance(drafter, target, eval_set, config.target_layer_ids).to_json()
     info = {
         "kind": config.kind, "target": str(job.target_dir), "target_sha256": fingerprint,
-        "drafter_config": config_json(config), "data_summary": describe_data(job.data, corpus),
+        "drafter_config": config_json(config), "data_summary": describe_data(job.data, corpus, prompts_source),
         **dataset_stats(dataset),
         "steps": result.steps, "wall_s": round(result.wall_s, 1), "stopped_early": result.stopped_early,
         "final_terms": result.final_terms, "log_every": job.train.log_every, "device": str(dist.device),
-        "world_size": dist.world_size, "save_dtype": job.save_dtype, "held_out": held_out, "command": job.command,
+        "world_size": dist.world_size, "save_dtype": job.save_dtype, "slim": job.slim, "held_out": held_out,
+        "command": job.command,
         "trainable_params": sum(p.numel() for p in drafter.parameters() if p.requires_grad),
     }
     job.out_dir.mkdir(parents=True, exist_ok=True)
-    export_drafter(drafter, job.out_dir, getattr(torch, job.save_dtype))
+    export_drafter(drafter, job.out_dir, getattr(torch, job.save_dtype), frozen=not job.slim)
     trainer.write_log(result.wall_s, extra={"job": info})
     (job.out_dir / LOG_FILE).write_text((job.work_dir / LOG_FILE).read_text())
     write_card(job.out_dir, info)
