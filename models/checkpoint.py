@@ -18,16 +18,24 @@ A checkpoint is a directory with `config.json` and `model.safetensors`:
   itself), draft_vocab_size = vocab_size (full vocab, own lm_head), block_size (= gamma, ours). Weights: fc,
   midlayer.* (SGLang maps it to layers.0), norm, lm_head, embed_tokens.
 
-`load_drafter(path, target_config)` refuses, with a CheckpointError naming each mismatch, a checkpoint that is
-malformed or does not fit the target: hidden size, vocab size, target layer count and ids (out of range or the
-final layer), mask token outside the vocab, and missing / unexpected / wrong-shape weights.
+Slim checkpoints (`save_drafter(..., frozen=False)`) leave out the frozen embed_tokens / lm_head copies, which
+for a real target dwarf the drafter (SmolLM2: 49152 x 576 each). SGLang shares the target's modules anyway: the
+DSPARK / DFLASH draft classes skip `lm_head.` and `embed_tokens.` when loading and attach the target's; Eagle3
+always takes the target's embedding (`set_embed`) and takes its lm_head too when config.json has no
+draft_vocab_size (`load_lm_head_from_target`), so a slim Eagle3 config.json omits that key.
+
+`load_drafter(path, target_config, target_model=None)` refuses, with a CheckpointError naming each mismatch, a
+checkpoint that is malformed or does not fit the target: hidden size, vocab size, target layer count and ids (out
+of range or the final layer), mask token outside the vocab, and missing / unexpected / wrong-shape weights. The
+frozen tensors a slim checkpoint lacks are copied from `target_model` (its input and output embeddings); without
+a target model that is a CheckpointError.
 """
 import json
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
@@ -40,6 +48,7 @@ ARCH_DSPARK = "Qwen3DSparkModel"
 ARCH_DFLASH = "DFlashDraftModel"
 ARCH_EAGLE3 = "LlamaForCausalLMEagle3"
 DEFAULT_EAGLE3_GAMMA = 7  # the reference's TTT horizon, for Eagle3 checkpoints that do not record block_size
+FROZEN_WEIGHTS = ("embed_tokens.weight", "lm_head.weight")  # copies of the target's, optional in a checkpoint
 
 
 def architecture(config: DrafterConfig) -> str:
@@ -50,8 +59,8 @@ def architecture(config: DrafterConfig) -> str:
     return ARCH_DSPARK
 
 
-def config_to_json(config: DrafterConfig, dtype: torch.dtype) -> dict:
-    """The config.json of a drafter (see module docstring)."""
+def config_to_json(config: DrafterConfig, dtype: torch.dtype, frozen: bool = True) -> dict:
+    """The config.json of a drafter (see module docstring); frozen=False: for a slim checkpoint."""
     arch = architecture(config)
     out = {
         "architectures": [arch],
@@ -74,10 +83,11 @@ def config_to_json(config: DrafterConfig, dtype: torch.dtype) -> dict:
         "num_target_layers": config.num_target_layers,
     }
     if arch == ARCH_EAGLE3:
-        out.update(mlp_bias=False, draft_vocab_size=config.vocab_size, target_hidden_size=config.hidden_size,
-                   block_size=config.block_size,
+        out.update(mlp_bias=False, target_hidden_size=config.hidden_size, block_size=config.block_size,
                    eagle_config={"eagle_aux_hidden_state_layer_ids": list(config.target_layer_ids),
                                  "use_aux_hidden_state": True})
+        if frozen:  # own full-vocab head in the file; without the key SGLang takes the target's lm_head
+            out["draft_vocab_size"] = config.vocab_size
         return out
     out.update(
         layer_types=["full_attention"] * config.num_hidden_layers,
@@ -173,22 +183,31 @@ def check_fits_target(config: DrafterConfig, target_config: Any, *, source: str 
                               + ". Use a drafter trained for this target.")
 
 
-def save_drafter(drafter: Drafter, directory) -> Path:
-    """Write config.json and model.safetensors into directory (created if missing); returns it."""
+def save_drafter(drafter: Drafter, directory, *, frozen: bool = True) -> Path:
+    """Write config.json and model.safetensors into directory (created if missing); returns it.
+
+    frozen=False writes a slim checkpoint without the frozen embedding / lm_head copies (module docstring).
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / CONFIG_FILE).write_text(json.dumps(config_to_json(drafter.config, drafter.dtype), indent=2) + "\n")
-    tensors = {name: t.detach().cpu().contiguous() for name, t in drafter.state_dict().items()}
+    config = config_to_json(drafter.config, drafter.dtype, frozen=frozen)
+    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    tensors = {name: t.detach().cpu().contiguous() for name, t in drafter.state_dict().items()
+               if frozen or name not in FROZEN_WEIGHTS}
     save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
     return directory
 
 
-def load_drafter(directory, target_config: Any = None, *, dtype: Optional[torch.dtype] = None,
-                 device="cpu") -> Drafter:
-    """Load a drafter; given the target's HF config, first check that it fits (see module docstring).
+def load_drafter(directory, target_config: Any = None, *, target_model: Optional[torch.nn.Module] = None,
+                 dtype: Optional[torch.dtype] = None, device="cpu") -> Drafter:
+    """Load a drafter; given the target's HF config (or model), first check that it fits (module docstring).
 
-    dtype defaults to the stored weights' dtype. The embedding and lm_head come back frozen.
+    target_model supplies the frozen embedding / lm_head a slim checkpoint does not store (its config is used
+    when target_config is None). dtype defaults to the stored weights' dtype. The embedding and lm_head come
+    back frozen.
     """
+    if target_config is None and target_model is not None:
+        target_config = target_model.config
     directory = Path(directory)
     config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
     for path in (config_path, weights_path):
@@ -206,11 +225,35 @@ def load_drafter(directory, target_config: Any = None, *, dtype: Optional[torch.
         tensors = load_file(str(weights_path), device=str(device))
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{weights_path} cannot be read as safetensors: {err}") from err
+    stored = next(t.dtype for t in tensors.values() if t.is_floating_point())
+    tensors = _with_frozen_weights(tensors, target_model, str(weights_path))
     drafter = DRAFTER_CLASSES[config.kind](config)
     _check_weights(drafter, tensors, str(weights_path))
-    stored = next(t.dtype for t in tensors.values() if t.is_floating_point())
     drafter.load_state_dict(tensors)
     return drafter.to(device=device, dtype=dtype or stored)
+
+
+def stores_frozen_weights(directory) -> bool:
+    """Whether the checkpoint holds its own embedding / lm_head copies (False: slim, load with target_model)."""
+    path = Path(directory) / WEIGHTS_FILE
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return all(name in handle.keys() for name in FROZEN_WEIGHTS)
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{path} cannot be read as safetensors: {err}") from err
+
+
+def _with_frozen_weights(tensors: dict, target_model: Optional[torch.nn.Module], source: str) -> dict:
+    """The tensors plus the frozen copies a slim checkpoint left out, taken from the target model."""
+    missing = [name for name in FROZEN_WEIGHTS if name not in tensors]
+    if not missing:
+        return tensors
+    if target_model is None:
+        raise CheckpointError(f"{source} stores no {' / '.join(missing)} (a slim checkpoint shares the target's): "
+                              "pass target_model=<the target model> to load_drafter")
+    shared = {"embed_tokens.weight": target_model.get_input_embeddings().weight,
+              "lm_head.weight": target_model.get_output_embeddings().weight}
+    return {**tensors, **{name: shared[name].detach() for name in missing}}
 
 
 def _check_weights(drafter: Drafter, tensors: dict, source: str) -> None:

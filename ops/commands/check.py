@@ -4,16 +4,17 @@
 
 Loads the checkpoint exactly as serving and decoding will (dspark.models.checkpoint.load_drafter, which checks
 hidden size, vocab, target layer ids, mask token and every weight against the target) and prints what it is.
-A checkpoint that does not fit exits with status 2 and one line naming every mismatch.
+A checkpoint that does not fit exits with status 2 and one line naming every mismatch. A slim checkpoint (no
+frozen embedding / lm_head copies) is completed from the target's weights, as decoding does.
 """
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from transformers import AutoConfig
+from transformers import AutoConfig, AutoModelForCausalLM
 
-from dspark.models.checkpoint import architecture, load_drafter
+from dspark.models.checkpoint import architecture, load_drafter, stores_frozen_weights
 from dspark.models.errors import CheckpointError
 
 
@@ -35,7 +36,10 @@ def load_target_config(target: Path):
 
 
 def run(args: argparse.Namespace) -> int:
-    drafter = load_drafter(args.drafter, load_target_config(args.target))
+    target_config = load_target_config(args.target)
+    slim = (args.drafter / "model.safetensors").is_file() and not stores_frozen_weights(args.drafter)
+    target_model = AutoModelForCausalLM.from_pretrained(args.target) if slim else None
+    drafter = load_drafter(args.drafter, target_config, target_model=target_model)
     cfg = drafter.config
     trainable = sum(p.numel() for p in drafter.parameters() if p.requires_grad)
     print(f"{args.drafter}: {cfg.kind} drafter ({architecture(cfg)}), fits target {args.target}")
@@ -44,5 +48,6 @@ def run(args: argparse.Namespace) -> int:
     if cfg.markov_rank:
         print(f"  markov head {cfg.markov_head_type} rank {cfg.markov_rank}, "
               f"confidence head {'on' if cfg.enable_confidence_head else 'off'}")
-    print(f"  {trainable / 1e6:.2f}M trainable parameters, dtype {drafter.dtype}")
+    shared = " (embedding and lm_head taken from the target)" if slim else ""
+    print(f"  {trainable / 1e6:.2f}M trainable parameters, dtype {drafter.dtype}{shared}")
     return 0

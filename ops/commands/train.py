@@ -25,7 +25,7 @@ import torch
 
 from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root
 from dspark.models.errors import ConfigError
-from dspark.models.training.data import DataConfig
+from dspark.models.training.data import SOURCES, DataConfig
 from dspark.models.training.run import DrafterSpec, TrainJob, train_job
 from dspark.models.training.trainer import DistContext, TrainConfig
 
@@ -42,6 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     io.add_argument("--work-dir", type=Path, default=None, help="checkpoints (default: <out>/work)")
     io.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --work-dir")
     io.add_argument("--save-dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    io.add_argument("--slim", action="store_true",
+                    help="export without the frozen copies of the target's embedding and lm_head (SGLang shares "
+                         "the target's; load_drafter takes them from target_model)")
     io.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available; torchrun: cuda:LOCAL_RANK)")
     io.add_argument("--threads", type=int, default=2, help="torch CPU threads")
 
@@ -59,7 +62,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--n-anchors", type=int, default=512, help="anchor blocks sampled per sequence")
 
     data = parser.add_argument_group("data")
-    data.add_argument("--data-source", choices=("generations", "corpus"), default="generations")
+    data.add_argument("--data-source", choices=SOURCES, default="generations",
+                      help="generations: the target continues stdlib windows; corpus: the windows themselves; "
+                           "chat: the target replies to chat prompts in its chat template")
+    data.add_argument("--prompts-file", type=Path, default=None,
+                      help="chat source: .jsonl of {\"turns\": [...]} records (default: the built-in generated set)")
     data.add_argument("--num-samples", type=int, default=2048)
     data.add_argument("--prompt-len", type=int, default=64)
     data.add_argument("--response-len", type=int, default=128)
@@ -126,6 +133,10 @@ def build_job(args: argparse.Namespace) -> TrainJob:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
     if args.eval_samples < 0:
         raise ConfigError(f"--eval-samples must be >= 0, got {args.eval_samples}")
+    if args.prompts_file is not None and args.data_source != "chat":
+        raise ConfigError(f"--prompts-file is read by --data-source chat only, not {args.data_source!r}")
+    if args.prompts_file is not None and not args.prompts_file.is_file():
+        raise ConfigError(f"--prompts-file {args.prompts_file} does not exist")
     spec = DrafterSpec(
         kind=args.drafter, block_size=args.block_size, num_layers=args.num_layers,
         target_layer_ids=tuple(args.target_layer_ids) if args.target_layer_ids else None,
@@ -146,8 +157,9 @@ def build_job(args: argparse.Namespace) -> TrainJob:
     return TrainJob(
         target_dir=args.target, out_dir=args.out, work_dir=args.work_dir or args.out / "work", spec=spec, data=data,
         train=train, stdlib_root=args.stdlib or default_stdlib_root(), held_out_percent=args.held_out_percent,
-        data_cache_dir=args.data_cache, eval_samples=args.eval_samples, save_dtype=args.save_dtype,
-        resume=args.resume, mask_token_id=args.mask_token_id, command=reproduce_command(args._parser, args),
+        data_cache_dir=args.data_cache, eval_samples=args.eval_samples, save_dtype=args.save_dtype, slim=args.slim,
+        resume=args.resume, mask_token_id=args.mask_token_id, prompts_file=args.prompts_file,
+        command=reproduce_command(args._parser, args),
     )
 
 
