@@ -155,7 +155,7 @@ def accept(target_logits: torch.Tensor, block: Optional[DraftBlock], draft_token
     if sampling.greedy:
         return verify_greedy(target_logits, draft_tokens, lengths)
     K = draft_tokens.shape[1]
-    draft_probs = block.probs()[:, :K] if block is not None else target_logits.new_zeros(*draft_tokens.shape, 0)
+    draft_probs = block.probs()[:, :K] if block is not None else target_logits.new_zeros(*draft_tokens.shape, target_logits.shape[-1])
     return verify_sampled(warping.probs(target_logits, sampling), draft_probs, draft_tokens, lengths, generator)
 
 

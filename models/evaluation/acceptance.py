@@ -1,0 +1,38 @@
+"""Acceptance metrics pooled over all rounds of all requests (DEEPSPEC_REFERENCE §3.3), not per-sample means.
+
+- tau = sum(tokens committed per round) / rounds: the accepted drafts plus the correction/bonus token (the
+  paper's Table 1 metric; the first token, from the prefill, is not a round).
+- cumulative acceptance at draft position k = #rounds with n >= k / #rounds that verified >= k drafts
+  (DeepSpec's accept_rate@k-1: prefix survival).
+- conditional acceptance at position k = #rounds with n >= k / #rounds with n >= k-1 that verified >= k drafts
+  (the paper's Fig. 2).
+"""
+from typing import Dict, List, Sequence
+
+from dspark.models.decoding.engine import Generation
+
+
+def acceptance_summary(generations: Sequence[Generation], gamma: int) -> Dict:
+    rounds = [r for g in generations for r in g.rounds]
+    n_rounds = len(rounds)
+    cumulative, conditional = [], []
+    for k in range(1, gamma + 1):
+        verified = [r for r in rounds if r.verify_len >= k]
+        reached = [r for r in verified if r.accepted >= k - 1]
+        passed = sum(r.accepted >= k for r in verified)
+        cumulative.append(passed / len(verified) if verified else float("nan"))
+        conditional.append(passed / len(reached) if reached else float("nan"))
+    return {
+        "tau": sum(r.emitted for r in rounds) / n_rounds if n_rounds else float("nan"),
+        "rounds": n_rounds,
+        "mean_verify_len": sum(r.verify_len for r in rounds) / n_rounds if n_rounds else float("nan"),
+        "generated_tokens": sum(len(g.token_ids) for g in generations),
+        "cumulative_acceptance": cumulative,
+        "conditional_acceptance": conditional,
+    }
+
+
+def calibration_rounds(generations: Sequence[Generation]) -> List:
+    """(confidence logits, accepted, verify_len) of every round that has confidences."""
+    return [(r.confidence_logits, r.accepted, r.verify_len) for g in generations for r in g.rounds
+            if r.confidence_logits is not None]

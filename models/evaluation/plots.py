@@ -1,0 +1,64 @@
+"""The plots people read instead of JSON: acceptance by position, and reliability diagrams."""
+from pathlib import Path
+from typing import Dict, Optional
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+from dspark.models.evaluation.calibration import ECE_BINS, CalibrationData  # noqa: E402
+
+
+def plot_acceptance(series: Dict[str, dict], path: Path, title: str) -> Path:
+    """series: label -> acceptance_summary(); conditional and cumulative acceptance by draft position."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for label, summary in series.items():
+        positions = range(1, len(summary["conditional_acceptance"]) + 1)
+        axes[0].plot(positions, summary["conditional_acceptance"], marker="o", label=f"{label} (tau {summary['tau']:.2f})")
+        axes[1].plot(positions, summary["cumulative_acceptance"], marker="o", label=label)
+    axes[0].set_title("conditional: P(d_k accepted | d_<k accepted)")
+    axes[1].set_title("cumulative: P(d_1..d_k accepted)")
+    for ax in axes:
+        ax.set_xlabel("draft position k")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("acceptance rate")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
+    return save(fig, path)
+
+
+def plot_reliability(data: CalibrationData, path: Path, title: str,
+                     temperatures: Optional[torch.Tensor] = None) -> Path:
+    """Binned predicted survival against realised prefix acceptance, one line per draft position; with
+    temperatures, a second panel after STS."""
+    panels = [("raw confidence", None)] + ([("after STS", temperatures)] if temperatures is not None else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 5), squeeze=False)
+    for ax, (name, temps) in zip(axes[0], panels):
+        survival, labels, observed = data.survival(temps), data.labels, data.observed
+        for j in range(data.logits.shape[1]):
+            pred, label = survival[observed[:, j], j], labels[observed[:, j], j]
+            index = (pred * ECE_BINS).long().clamp(max=ECE_BINS - 1)
+            count = torch.bincount(index, minlength=ECE_BINS)
+            used = count > 0
+            mean_pred = torch.bincount(index, weights=pred, minlength=ECE_BINS)[used] / count[used]
+            mean_label = torch.bincount(index, weights=label, minlength=ECE_BINS)[used] / count[used]
+            ax.plot(mean_pred, mean_label, marker=".", label=f"position {j + 1}")
+        ax.plot([0, 1], [0, 1], color="gray", linestyle="--", linewidth=1)
+        ax.set_xlabel("predicted survival a_k")
+        ax.set_ylabel("observed prefix acceptance")
+        ax.set_title(name)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    return save(fig, path)
+
+
+def save(fig, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,71 @@
+"""Options shared by the decoding commands (generate, eval, calibrate): models, sampling, verification."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from dspark.kernels.warping import SamplingParams
+from dspark.models.decoding.loading import Target, load_drafter_for, load_target
+from dspark.models.decoding.sts import load_sts
+from dspark.models.decoding.verify_length import FixedLength, StaticThreshold, VerifyLengthPolicy
+from dspark.models.errors import ConfigError
+
+
+def add_model_args(parser: argparse.ArgumentParser, drafter_required: bool = True) -> None:
+    group = parser.add_argument_group("models")
+    group.add_argument("--target", type=Path, required=True, help="transformers model directory of the target")
+    if drafter_required:
+        group.add_argument("--drafter", type=Path, required=True, help="drafter checkpoint directory")
+    else:
+        choice = group.add_mutually_exclusive_group(required=True)
+        choice.add_argument("--drafter", type=Path, help="drafter checkpoint directory")
+        choice.add_argument("--no-spec", action="store_true", help="decode with the target alone")
+    group.add_argument("--device", default="cpu", help="cpu or cuda")
+    group.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+
+
+def add_sampling_args(parser: argparse.ArgumentParser, temperature: float, max_new_tokens: int) -> None:
+    group = parser.add_argument_group("sampling")
+    group.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    group.add_argument("--temperature", type=float, default=temperature, help="0: greedy")
+    group.add_argument("--top-k", type=int, default=0, help="0: off")
+    group.add_argument("--top-p", type=float, default=1.0, help="1: off")
+    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--batch-size", type=int, default=1, help="requests decoded together")
+
+
+def add_verify_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("verification length")
+    group.add_argument("--threshold", type=float, default=None,
+                       help="verify drafts while the survival prod c_i stays >= this (DSpark; default: all gamma)")
+    group.add_argument("--sts", type=Path, default=None, help="STS calibration JSON from `dspark calibrate`")
+
+
+def sampling_params(args: argparse.Namespace) -> SamplingParams:
+    if args.max_new_tokens < 1:
+        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
+    return SamplingParams(args.temperature, args.top_k, args.top_p)
+
+
+def load_models(args: argparse.Namespace) -> tuple:
+    """(target, drafter or None) after validating the paths; sets the thread count."""
+    if args.threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
+    target: Target = load_target(args.target, args.device)
+    return target, load_drafter_for(None if getattr(args, "no_spec", False) else args.drafter, target)
+
+
+def verify_policy(args: argparse.Namespace, drafter) -> tuple[VerifyLengthPolicy, torch.Tensor | None]:
+    """The verification-length policy and STS temperatures the options ask for."""
+    sts = None
+    if args.sts is not None:
+        if drafter is None or drafter.config.kind != "dspark":
+            raise ConfigError("--sts needs a DSpark drafter (only DSpark has a confidence head)")
+        sts = load_sts(args.sts, drafter.config.gamma).tensor()
+    policy = FixedLength() if args.threshold is None else StaticThreshold(args.threshold)
+    return policy, sts
