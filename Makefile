@@ -32,3 +32,22 @@ drafters: setup
 		--out embedded/dflash --work-dir $(DSPARK_CACHE)/train-work/dflash
 	$(DSPARK) train $(DRAFTER_RECIPE) --drafter eagle3 --num-layers 1 \
 		--out embedded/eagle3 --work-dir $(DSPARK_CACHE)/train-work/eagle3
+
+# Drafters for SmolLM2-135M-Instruct (provided by `make setup` under $(DSPARK_CACHE)/targets), committed slim
+# (no copies of the target's embedding / lm_head) in embedded/smollm2-{dspark,dflash,eagle3}. Same data for all
+# three (the target's own replies to 320 built-in chat prompts, generated once by the first command and cached)
+# and the same budget (80 steps of 4 sequences, capped at 22 min each). On the shared 2-core CPU: data ~25 min,
+# then ~20 min per drafter. Interrupted? Run it again: every command resumes from its last checkpoint.
+SMOLLM2 := $(DSPARK_CACHE)/targets/smollm2-135m-instruct
+SMOLLM2_RECIPE := --target $(SMOLLM2) --data-source chat --num-samples 320 --prompt-len 128 --response-len 96 \
+	--eval-samples 16 --data-cache $(DSPARK_CACHE)/train-data --block-size 6 --target-layer-ids 2 15 27 \
+	--mask-token-id 0 --batch-size 4 --n-anchors 64 --steps 80 --minutes 22 --lr 3e-3 --checkpoint-every 10 \
+	--log-every 5 --threads 2 --slim --resume
+.PHONY: smollm2-drafters
+smollm2-drafters: setup
+	$(DSPARK) train $(SMOLLM2_RECIPE) --drafter dspark --markov-head vanilla --markov-rank 64 --num-layers 2 \
+		--out embedded/smollm2-dspark --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark
+	$(DSPARK) train $(SMOLLM2_RECIPE) --drafter dflash --num-layers 2 \
+		--out embedded/smollm2-dflash --work-dir $(DSPARK_CACHE)/train-work/smollm2-dflash
+	$(DSPARK) train $(SMOLLM2_RECIPE) --drafter eagle3 --num-layers 1 \
+		--out embedded/smollm2-eagle3 --work-dir $(DSPARK_CACHE)/train-work/smollm2-eagle3
