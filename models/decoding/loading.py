@@ -37,4 +37,5 @@ def load_drafter_for(directory: Optional[Path], target: Target) -> Optional[Draf
     if directory is None:
         return None
     parameter = next(target.model.parameters())
-    return load_drafter(Path(directory), target.model.config, dtype=parameter.dtype, device=parameter.device)
+    return load_drafter(Path(directory), target.model.config, dtype=parameter.dtype, device=parameter.device,
+                        target_model=target.model)  # slim checkpoints take the target's embedding / lm_head

@@ -1,0 +1,109 @@
+"""`dspark generate / eval / calibrate` on the embedded target and drafters: outputs, files, clear errors."""
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from dspark.models.checkpoint import save_drafter
+from dspark.models.drafters import DSpark, DrafterConfig
+from dspark.ops.cli import main
+from tests.paths import EMBEDDED, EMBEDDED_TARGET
+
+MODELS = ["--target", str(EMBEDDED_TARGET), "--threads", "1"]
+PROMPTS = ["def parse(text):\n    ", "import os\n", "class Stack:\n    def push(self, item):\n        ",
+           "    for line in lines:\n        ", "if __name__ == '__main__':\n    ", "    return "]
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "code.jsonl"
+    path.write_text("".join(json.dumps({"turns": [p, "ignored second turn"]}) + "\n" for p in PROMPTS))
+    return path
+
+
+def test_generate_prints_text_and_writes_rounds(tmp_path, capsys):
+    out = tmp_path / "gen.json"
+    assert main(["generate", *MODELS, "--drafter", str(EMBEDDED / "dspark"), "--prompt", "def fib(n):",
+                 "--max-new-tokens", "20", "--json", str(out)]) == 0
+    sample = json.loads(out.read_text())["samples"][0]
+    printed = capsys.readouterr().out
+    assert sample["text"] in printed and "tau" in printed
+    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_TARGET)
+    target = AutoModelForCausalLM.from_pretrained(EMBEDDED_TARGET, dtype=torch.float32)
+    prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": "def fib(n):"}],
+                                                            tokenize=False, add_generation_prompt=True))
+    greedy = target.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False, pad_token_id=0)
+    assert sample["token_ids"] == greedy[0, len(prompt):].tolist()
+    assert sum(sample["accepted_length_per_round"]) + 1 == len(sample["token_ids"]) == 20
+    assert sample["batch_wall_s"] > 0 and len(sample["rounds"]) == sample["target_forwards"] - 1
+
+
+def test_generate_samples_per_prompt_without_speculation(prompts_file, tmp_path):
+    out = tmp_path / "gen.json"
+    assert main(["generate", *MODELS, "--no-spec", "--prompts-file", str(prompts_file), "--num-samples", "2",
+                 "--temperature", "1", "--top-k", "20", "--max-new-tokens", "5", "--batch-size", "4",
+                 "--json", str(out)]) == 0
+    samples = json.loads(out.read_text())["samples"]
+    assert [(s["prompt_index"], s["sample_index"]) for s in samples] == [(i, j) for i in range(6) for j in range(2)]
+    assert all(len(s["token_ids"]) == 5 and s["rounds"][0]["verify_len"] == 0 for s in samples)
+
+
+def test_eval_reports_tau_acceptance_calibration_speed_and_plots(prompts_file, tmp_path, capsys):
+    out, plots = tmp_path / "eval.json", tmp_path / "plots"
+    assert main(["eval", *MODELS, "--drafter", str(EMBEDDED / "dspark"), "--datasets", str(prompts_file),
+                 "--max-new-tokens", "24", "--batch-size", "3", "--json", str(out), "--plots", str(plots)]) == 0
+    report = json.loads(out.read_text())
+    result = report["datasets"]["code"]
+    rounds = result["rounds"]
+    assert 1 < result["tau"] <= report["gamma"] + 1 and report["macro_tau"] == result["tau"]
+    assert 6 <= result["generated_tokens"] <= 6 * 24
+    assert len(result["conditional_acceptance"]) == report["gamma"] and rounds > 0
+    assert 0 <= result["calibration"]["ece_mean"] <= 1 and result["speedup"] > 0
+    assert (plots / "acceptance_by_position.png").stat().st_size > 0 and (plots / "reliability.png").exists()
+    assert "macro tau" in capsys.readouterr().out
+
+
+def test_calibrate_writes_sglang_json_and_reports_ece(prompts_file, tmp_path, capsys):
+    out = tmp_path / "sts.json"
+    assert main(["calibrate", *MODELS, "--drafter", str(EMBEDDED / "dspark"), "--prompts-file", str(prompts_file),
+                 "--max-new-tokens", "24", "--batch-size", "3", "--out", str(out)]) == 0
+    calibration = json.loads(out.read_text())
+    assert len(calibration["temperatures"]) == 5 and all(t > 0 for t in calibration["temperatures"])
+    assert len(calibration["ece_before"]) == len(calibration["ece_after"]) == 5
+    assert "mean ECE on held-out rollouts" in capsys.readouterr().out
+    # ... and generate applies it
+    assert main(["generate", *MODELS, "--drafter", str(EMBEDDED / "dspark"), "--prompt", "x = ", "--sts", str(out),
+                 "--threshold", "0.2", "--max-new-tokens", "8"]) == 0
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["generate", "--drafter", str(EMBEDDED / "dspark"), "--prompt", "", "--max-new-tokens", "4"], "the prompt is empty"),
+    (["generate", "--drafter", str(EMBEDDED / "dspark"), "--prompt", "x", "--max-new-tokens", "0"],
+     "--max-new-tokens must be >= 1"),
+    (["generate", "--drafter", "/nonexistent/drafter", "--prompt", "x"], "/nonexistent/drafter"),
+    (["generate", "--drafter", str(EMBEDDED / "eagle3"), "--prompt", "x", "--sts", "/tmp/none.json"],
+     "--sts needs a DSpark drafter"),
+    (["eval", "--drafter", str(EMBEDDED / "dspark"), "--datasets", "/nonexistent.jsonl"], "does not exist"),
+    (["calibrate", "--drafter", str(EMBEDDED / "dflash"), "--prompts-file", "PROMPTS", "--out", "/tmp/x.json"],
+     "has no confidence head"),
+])
+def test_bad_input_is_one_clear_error(argv, message, prompts_file, capsys):
+    argv = [str(prompts_file) if a == "PROMPTS" else a for a in argv]
+    assert main([argv[0], *MODELS, *argv[1:]]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_drafter_for_another_target_is_refused(tiny_target, tmp_path, capsys):
+    config = DrafterConfig.from_target(tiny_target.config, kind="dspark", block_size=4, target_layer_ids=(0, 2),
+                                       num_hidden_layers=1, mask_token_id=1, markov_rank=8)
+    save_drafter(DSpark.from_target(tiny_target, config), tmp_path / "tiny")
+    assert main(["generate", *MODELS, "--drafter", str(tmp_path / "tiny"), "--prompt", "x"]) == 2
+    assert "hidden_size" in capsys.readouterr().err
+
+
+def test_malformed_prompts_file_names_the_line(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"turns": ["fine"]}\n{"prompt": "no turns"}\n')
+    assert main(["eval", *MODELS, "--drafter", str(EMBEDDED / "dspark"), "--datasets", str(bad)]) == 2
+    assert f"{bad}:2 needs a non-empty string" in capsys.readouterr().err
