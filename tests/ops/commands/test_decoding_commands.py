@@ -107,3 +107,31 @@ def test_malformed_prompts_file_names_the_line(tmp_path, capsys):
     bad.write_text('{"turns": ["fine"]}\n{"prompt": "no turns"}\n')
     assert main(["eval", *MODELS, "--drafter", str(EMBEDDED / "dspark"), "--datasets", str(bad)]) == 2
     assert f"{bad}:2 needs a non-empty string" in capsys.readouterr().err
+
+
+def test_demo_answers_identically_and_reports_speedup(prompts_file, tmp_path, capsys):
+    assert main(["demo", *MODELS, "--drafter", str(EMBEDDED / "dspark"), "--prompts-file", str(prompts_file),
+                 "--max-new-tokens", "12", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "demo.json").read_text())
+    assert len(report["answers"]) == len(PROMPTS) and all(a["identical_to_target"] for a in report["answers"])
+    assert report["speedup"] > 0 and (tmp_path / "acceptance_by_position.png").exists()
+    assert "faster on 1 CPU thread(s)" in capsys.readouterr().out
+
+
+def test_bench_writes_tables_json_and_plots(prompts_file, tmp_path):
+    assert main(["bench", *MODELS, "--drafters", f"dspark={EMBEDDED / 'dspark'}", f"eagle3={EMBEDDED / 'eagle3'}",
+                 "--datasets", f"code={prompts_file}", f"more={prompts_file}", "--prompts", "2",
+                 "--max-new-tokens", "10", "--speed-prompts", "3", "--speed-tokens", "8", "--batch-sizes", "1", "2",
+                 "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert set(report["tau"]) == {"dspark", "eagle3"} and set(report["tau"]["dspark"]["datasets"]) == {"code", "more"}
+    assert all(row[k]["identical_to_target"] for row in report["speed"].values() for k in ("none", "dspark", "eagle3"))
+    assert set(report["speed"]) == {"1", "2"}
+    table = (tmp_path / "bench.md").read_text()
+    assert "| dspark |" in table and "macro" in table
+    assert (tmp_path / "tau_and_throughput.png").exists() and (tmp_path / "acceptance_by_position.png").exists()
+
+
+def test_bench_refuses_malformed_pairs(capsys):
+    assert main(["bench", *MODELS, "--drafters", "embedded/dspark", "--datasets", "x=y", "--out", "/tmp/b"]) == 2
+    assert "--drafters takes NAME=PATH pairs" in capsys.readouterr().err

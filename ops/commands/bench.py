@@ -1,0 +1,171 @@
+"""`dspark bench`: tau per dataset for several drafters of one target, and tokens/s against no speculation.
+
+    dspark bench --target DIR --drafters dspark=embedded/dspark dflash=embedded/dflash eagle3=embedded/eagle3 \
+        --datasets math=gsm8k.jsonl code=humaneval.jsonl chat=mt-bench.jsonl --out bench/results/embedded
+
+Two phases, both on the reference engine (models/decoding):
+1. tau: every drafter on the first --prompts prompts of every dataset (DeepSpec's shuffle), temperature 1,
+   every draft verified, --max-new-tokens each; tau pooled over rounds, and its macro average over datasets.
+2. speed: --speed-prompts prompts (taken round-robin from the datasets) decoded greedily at each batch size,
+   by the target alone and with each drafter. Greedy makes every run emit the same tokens, so tokens/s compare
+   like for like; the output is checked to equal the target's own.
+Writes <out>/bench.json, bench.md (the tables) and plots: tau by dataset, acceptance by position, tokens/s.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from dspark.kernels.warping import GREEDY, SamplingParams  # noqa: E402
+from dspark.models.decoding.engine import SpeculativeDecoder  # noqa: E402
+from dspark.models.decoding.loading import load_drafter_for, load_target  # noqa: E402
+from dspark.models.errors import ConfigError  # noqa: E402
+from dspark.models.evaluation.datasets import encode_chat, load_prompts  # noqa: E402
+from dspark.models.evaluation.plots import plot_acceptance, save  # noqa: E402
+from dspark.models.evaluation.run import EvalSettings, decode_all, evaluate  # noqa: E402
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("bench", help="tau and tokens/s of several drafters against no speculation",
+                                   description=__doc__.splitlines()[0])
+    parser.add_argument("--target", type=Path, required=True)
+    parser.add_argument("--name", default=None, help="label of the target in the tables (default: its folder)")
+    parser.add_argument("--drafters", nargs="+", required=True, metavar="KIND=DIR")
+    parser.add_argument("--datasets", nargs="+", required=True, metavar="NAME=JSONL")
+    parser.add_argument("--prompts", type=int, default=16, help="prompts per dataset for tau")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--speed-prompts", type=int, default=8)
+    parser.add_argument("--speed-tokens", type=int, default=64)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.set_defaults(func=run)
+
+
+def pairs(values: list, flag: str) -> dict:
+    out = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"{flag} takes NAME=PATH pairs, got {value!r}")
+        out[name] = Path(path)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    for name in ("prompts", "max_new_tokens", "speed_prompts", "speed_tokens", "threads"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    drafter_paths = pairs(args.drafters, "--drafters")
+    datasets = {name: load_prompts(path, args.prompts) for name, path in pairs(args.datasets, "--datasets").items()}
+    torch.set_num_threads(args.threads)
+    target = load_target(args.target)
+    drafters = {kind: load_drafter_for(path, target) for kind, path in drafter_paths.items()}
+    encoded = {name: [encode_chat(target.tokenizer, t) for t in texts] for name, texts in datasets.items()}
+    report = {"target": args.name or args.target.name, "settings": {
+        "prompts_per_dataset": args.prompts, "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
+        "speed_prompts": args.speed_prompts, "speed_tokens": args.speed_tokens, "batch_sizes": args.batch_sizes,
+        "threads": args.threads}, "tau": tau_phase(target, drafters, encoded, args), "speed": None}
+    report["speed"] = speed_phase(target, drafters, encoded, args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / "bench.md").write_text(tables(report))
+    write_plots(report, args.out)
+    print(tables(report))
+    print(f"wrote {args.out}/bench.json, bench.md and plots")
+    return 0
+
+
+def tau_phase(target, drafters: dict, encoded: dict, args) -> dict:
+    settings = EvalSettings(args.max_new_tokens, SamplingParams(1.0), 1, args.seed, baseline=False)
+    results = {}
+    for kind, drafter in drafters.items():
+        per_dataset = {}
+        for name, prompts in encoded.items():
+            result, _ = evaluate(target.model, drafter, prompts, settings, target.eos_token_ids, desc=f"{kind}/{name}")
+            per_dataset[name] = {k: result[k] for k in ("tau", "rounds", "generated_tokens", "conditional_acceptance",
+                                                        "cumulative_acceptance")}
+            print(f"{kind} {name}: tau {result['tau']:.3f}")
+        macro = sum(r["tau"] for r in per_dataset.values()) / len(per_dataset)
+        results[kind] = {"datasets": per_dataset, "macro_tau": macro}
+    return results
+
+
+def speed_phase(target, drafters: dict, encoded: dict, args) -> dict:
+    mixed = [p for group in zip(*encoded.values()) for p in group][: args.speed_prompts]
+    results = {}
+    for batch_size in args.batch_sizes:
+        settings = EvalSettings(args.speed_tokens, GREEDY, batch_size, args.seed, baseline=False)
+        runs = {"none": SpeculativeDecoder(target.model)} | {k: SpeculativeDecoder(target.model, d)
+                                                              for k, d in drafters.items()}
+        row, reference = {}, None
+        for kind, decoder in runs.items():
+            generations, wall = decode_all(decoder, mixed, settings, target.eos_token_ids, f"speed bs{batch_size} {kind}")
+            tokens = [g.token_ids for g in generations]
+            reference = reference or tokens
+            rounds = sum(len(g.rounds) for g in generations)
+            row[kind] = {"tokens_per_s": sum(map(len, tokens)) / wall, "wall_s": wall,
+                         "identical_to_target": tokens == reference,
+                         "tau": sum(r.emitted for g in generations for r in g.rounds) / max(rounds, 1)}
+        for kind in drafters:
+            row[kind]["speedup"] = row[kind]["tokens_per_s"] / row["none"]["tokens_per_s"]
+        results[str(batch_size)] = row
+    return results
+
+
+def tables(report: dict) -> str:
+    tau, speed = report["tau"], report["speed"]
+    names = list(next(iter(tau.values()))["datasets"])
+    lines = [f"### {report['target']}: tau (T=1, every draft verified)", "",
+             "| drafter | " + " | ".join(names) + " | macro |", "|---" * (len(names) + 2) + "|"]
+    for kind, result in tau.items():
+        cells = [f"{result['datasets'][n]['tau']:.3f}" for n in names]
+        lines.append(f"| {kind} | " + " | ".join(cells) + f" | **{result['macro_tau']:.3f}** |")
+    lines += ["", f"### {report['target']}: greedy tokens/s (speedup over no speculation)", "",
+              "| batch | none | " + " | ".join(tau) + " |", "|---" * (len(tau) + 2) + "|"]
+    for batch_size, row in speed.items():
+        cells = [f"{row[k]['tokens_per_s']:.1f} ({row[k]['speedup']:.2f}x)" for k in tau]
+        lines.append(f"| {batch_size} | {row['none']['tokens_per_s']:.1f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_plots(report: dict, out: Path) -> None:
+    tau = report["tau"]
+    names = list(next(iter(tau.values()))["datasets"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.8 / len(tau)
+    for i, (kind, result) in enumerate(tau.items()):
+        xs = [j + i * width for j in range(len(names) + 1)]
+        axes[0].bar(xs, [result["datasets"][n]["tau"] for n in names] + [result["macro_tau"]], width, label=kind)
+    axes[0].set_xticks([j + 0.4 - width / 2 for j in range(len(names) + 1)], names + ["macro"])
+    axes[0].set_ylabel("tau (tokens per target forward)")
+    axes[0].set_title("accepted length")
+    axes[0].legend()
+    batch_sizes = list(report["speed"])
+    for kind in ["none"] + list(tau):
+        axes[1].plot(batch_sizes, [report["speed"][b][kind]["tokens_per_s"] for b in batch_sizes], marker="o",
+                     label=kind)
+    axes[1].set_xlabel("batch size")
+    axes[1].set_ylabel("tokens/s (greedy, wall clock)")
+    axes[1].set_title("throughput")
+    axes[1].legend()
+    fig.suptitle(f"{report['target']}")
+    save(fig, out / "tau_and_throughput.png")
+    pooled = {kind: {"tau": r["macro_tau"], **{key: mean_curve([d[key] for d in r["datasets"].values()])
+                                                for key in ("conditional_acceptance", "cumulative_acceptance")}}
+              for kind, r in tau.items()}
+    plot_acceptance(pooled, out / "acceptance_by_position.png", f"{report['target']}: acceptance by position "
+                    "(mean over datasets)")
+
+
+def mean_curve(curves: list) -> list:
+    return [sum(values) / len(values) for values in zip(*curves)]
