@@ -4,13 +4,31 @@ export DSPARK_CACHE
 PY := $(DSPARK_CACHE)/venv/bin/python
 DSPARK := $(DSPARK_CACHE)/venv/bin/dspark
 
-.PHONY: setup test embedded-target drafters embedded-models
+.PHONY: setup test demo bench embedded-target drafters embedded-models
 
 setup:
 	bash scripts/setup_env.sh
 
 test: setup
 	$(PY) -m pytest
+
+# The main job: SmolLM2-135M-Instruct answers a few chat prompts on CPU, with and without its DSpark drafter
+# (identical greedy answers; prints the text, tau and the speedup; plot and JSON under out/demo).
+demo: setup
+	$(DSPARK) demo --target $(SMOLLM2) --drafter embedded/smollm2-dspark --out out/demo
+
+# tau per dataset (math / code / chat) for DSpark, DFlash and Eagle3, and greedy tokens/s against no speculation
+# at batch 1 and 8, for both targets: bench/results/{embedded,smollm2}/ (bench.json, bench.md, plots).
+# Run it on an otherwise idle machine: it measures wall-clock speed.
+EVAL_PROMPTS ?= ../shared/data/eval_prompts
+BENCH_SETTINGS ?= --datasets math=$(EVAL_PROMPTS)/gsm8k.jsonl code=$(EVAL_PROMPTS)/humaneval.jsonl \
+	chat=$(EVAL_PROMPTS)/mt-bench.jsonl --prompts 12 --max-new-tokens 96 --speed-prompts 8 --speed-tokens 64 \
+	--batch-sizes 1 8 --threads 2
+bench: setup
+	$(DSPARK) bench --target embedded/target --name embedded-target $(BENCH_SETTINGS) --out bench/results/embedded \
+		--drafters dspark=embedded/dspark dflash=embedded/dflash eagle3=embedded/eagle3
+	$(DSPARK) bench --target $(SMOLLM2) --name smollm2-135m-instruct $(BENCH_SETTINGS) --out bench/results/smollm2 \
+		--drafters dspark=embedded/smollm2-dspark dflash=embedded/smollm2-dflash eagle3=embedded/smollm2-eagle3
 
 # Reproduce the committed embedded models (see the cards in embedded/*/README.md).
 embedded-models: embedded-target drafters
