@@ -37,6 +37,8 @@ import torch
 from tqdm import tqdm
 from transformers import DynamicCache
 
+from dspark.kernels import warping
+from dspark.kernels.warping import SamplingParams
 from dspark.models.errors import ConfigError
 
 SOURCES = ("generations", "corpus", "chat")
@@ -108,30 +110,13 @@ def sample_windows(
     return torch.stack([usable[d][o : o + length] for d, o in zip(doc_index.tolist(), offsets.tolist())])
 
 
-def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Keep the top_k logits (0 = all), then the smallest set whose probability reaches top_p; others -inf.
-
-    logits: [bs, vocab] (already divided by the temperature). Returns [bs, vocab].
-    """
-    if top_k > 0:
-        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-        # Drop a token when the mass before it already reaches top_p (the first token is always kept).
-        drop_sorted = (cum - torch.softmax(sorted_logits, dim=-1)) >= top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return logits
-
-
 def next_tokens(logits: torch.Tensor, cfg: DataConfig, generator: torch.Generator) -> torch.Tensor:
-    """Greedy at temperature 0, else a sample from the filtered distribution. logits: [bs, vocab] -> [bs] long."""
-    if cfg.temperature == 0:
-        return logits.argmax(dim=-1)
-    probs = torch.softmax(filter_logits(logits.float() / cfg.temperature, cfg.top_k, cfg.top_p), dim=-1)
-    return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
+    """Greedy at temperature 0, else a sample from the warped distribution (kernels.warping, as decoding samples).
+
+    logits: [bs, vocab] -> [bs] long. The generator lives on the CPU, so sampling happens there.
+    """
+    params = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
+    return warping.sample(logits.cpu(), params, generator).to(logits.device)
 
 
 @torch.no_grad()

@@ -5,6 +5,7 @@ from scipy.stats import chisquare
 
 from dspark.kernels import warping
 from dspark.kernels.verification import prefix_length, verify_greedy, verify_sampled
+from dspark.kernels.warping import filter_logits
 from dspark.kernels.warping import SamplingParams
 
 N = 40_000
@@ -99,3 +100,13 @@ def test_empty_blocks_sample_the_bonus_from_the_target():
     p = torch.tensor([[[0.0, 1.0, 0.0]]]).expand(5, 1, 3).contiguous()
     verdict = verify_sampled(p, torch.zeros(5, 0, 3), torch.zeros(5, 0, dtype=torch.long), torch.zeros(5, dtype=torch.long))
     assert verdict.accepted.tolist() == [0] * 5 and verdict.next_token.tolist() == [1] * 5
+
+
+def test_filter_logits_top_k_and_top_p():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    logits = probs.log()
+    kept = lambda out: torch.isfinite(out).int().tolist()  # noqa: E731
+    assert kept(filter_logits(logits, top_k=2, top_p=1.0)) == [[1, 1, 0, 0]]
+    assert kept(filter_logits(logits, top_k=0, top_p=0.8)) == [[1, 1, 0, 0]]  # .5+.3 reaches .8
+    assert kept(filter_logits(logits, top_k=0, top_p=0.81)) == [[1, 1, 1, 0]]
+    assert kept(filter_logits(logits, top_k=0, top_p=0.4)) == [[1, 0, 0, 0]]

@@ -9,7 +9,6 @@ from dspark.models.training.data import (
     DataConfig,
     build_dataset,
     continue_prompts,
-    filter_logits,
     load_dataset,
     sample_windows,
     save_dataset,
@@ -26,16 +25,6 @@ def test_windows_come_from_long_enough_documents(tiny_documents):
         assert any(row == doc[i : i + 20] for doc in joined for i in range(len(doc) - 19))
     with pytest.raises(ConfigError, match="no training document"):
         sample_windows(tiny_documents, 1000, 1, torch.Generator())
-
-
-def test_filter_logits_top_k_and_top_p():
-    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
-    logits = probs.log()
-    kept = lambda out: torch.isfinite(out).int().tolist()  # noqa: E731
-    assert kept(filter_logits(logits, top_k=2, top_p=1.0)) == [[1, 1, 0, 0]]
-    assert kept(filter_logits(logits, top_k=0, top_p=0.8)) == [[1, 1, 0, 0]]  # .5+.3 reaches .8
-    assert kept(filter_logits(logits, top_k=0, top_p=0.81)) == [[1, 1, 1, 0]]
-    assert kept(filter_logits(logits, top_k=0, top_p=0.4)) == [[1, 0, 0, 0]]
 
 
 def test_greedy_continuation_equals_hf_generate(peaked_target):
