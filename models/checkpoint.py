@@ -21,8 +21,8 @@ A checkpoint is a directory with `config.json` and `model.safetensors`:
 Slim checkpoints (`save_drafter(..., frozen=False)`) leave out the frozen embed_tokens / lm_head copies, which
 for a real target dwarf the drafter (SmolLM2: 49152 x 576 each). SGLang shares the target's modules anyway: the
 DSPARK / DFLASH draft classes skip `lm_head.` and `embed_tokens.` when loading and attach the target's; Eagle3
-always takes the target's embedding (`set_embed`) and takes its lm_head too when config.json has no
-draft_vocab_size (`load_lm_head_from_target`), so a slim Eagle3 config.json omits that key.
+always takes the target's embedding (`set_embed`) and takes its lm_head too when config.json's draft_vocab_size
+is null (`load_lm_head_from_target`), so a slim Eagle3 config.json sets it to null.
 
 `load_drafter(path, target_config, target_model=None)` refuses, with a CheckpointError naming each mismatch, a
 checkpoint that is malformed or does not fit the target: hidden size, vocab size, target layer count and ids (out
@@ -86,8 +86,8 @@ def config_to_json(config: DrafterConfig, dtype: torch.dtype, frozen: bool = Tru
         out.update(mlp_bias=False, target_hidden_size=config.hidden_size, block_size=config.block_size,
                    eagle_config={"eagle_aux_hidden_state_layer_ids": list(config.target_layer_ids),
                                  "use_aux_hidden_state": True})
-        if frozen:  # own full-vocab head in the file; without the key SGLang takes the target's lm_head
-            out["draft_vocab_size"] = config.vocab_size
+        # Own full-vocab head in the file; null makes SGLang take the target's lm_head.
+        out["draft_vocab_size"] = config.vocab_size if frozen else None
         return out
     out.update(
         layer_types=["full_attention"] * config.num_hidden_layers,

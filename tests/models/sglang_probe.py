@@ -14,7 +14,8 @@ parser and draft class are used). For each case the report records:
 - mismatched: SGLang parameters whose loaded value differs from the tensor(s) we wrote for them;
 - unconsumed: our weights that map to no SGLang parameter (besides the documented shared embedding/head);
 - numerics: max |SGLang - ours| for pieces SGLang can run without a batch (context projection, K norm +
-  RoPE, Markov step bias, confidence head, MLP, Eagle3 q/k).
+  RoPE, Markov step bias, confidence head, MLP, Eagle3 q/k);
+- load_lm_head_from_target: Eagle3's flag for taking the target's lm_head (slim checkpoints).
 Cap-accept mode makes SGLang build the DSpark confidence head (the default static mode drops it).
 """
 import json
@@ -180,6 +181,8 @@ def probe_case(kind: str, path: Path, numerics: bool) -> dict:
     model_class = {"dspark": Qwen3DSparkModel, "dflash": DFlashDraftModel, "eagle3": LlamaForCausalLMEagle3}[kind]
     model = model_class(hf_config).float()
     report.update(check_weights(kind, model, load_file(str(path / "model.safetensors"))))
+    # Eagle3: whether SGLang's worker will replace the lm_head with the target's (set_embed_and_head).
+    report["load_lm_head_from_target"] = getattr(model, "load_lm_head_from_target", None)
     if not numerics:
         return report
     drafter = load_drafter(path)

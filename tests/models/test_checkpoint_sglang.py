@@ -31,6 +31,7 @@ CASES = {  # checkpoint -> (our variant, SGLang algorithm family)
     "eagle3": ("eagle3", "eagle3"),
 }
 SERVED = list(CASES)
+SLIM = ("dspark_vanilla", "dflash", "eagle3")
 NUMERICS_TOLERANCE = 1e-5
 
 
@@ -45,6 +46,10 @@ def report(tiny_target, tmp_path_factory):
     # DeepSpec's DFlash layout (anchor as first prediction) is saved as Qwen3DSparkModel with markov_rank 0.
     save_drafter(make_drafter(tiny_target, "dflash_anchor"), work / "dflash_anchor")
     cases["dflash_anchor"] = {"family": "dspark", "numerics": False}
+    # Slim checkpoints (no frozen embedding / lm_head copies): SGLang must take both from the target.
+    for name in SLIM:
+        save_drafter(make_drafter(tiny_target, CASES[name][0]), work / f"{name}_slim", frozen=False)
+        cases[f"{name}_slim"] = {"family": CASES[name][1], "numerics": False}
     # Negative control: a weight under a name SGLang does not know.
     renamed = work / "dspark_renamed"
     save_drafter(make_drafter(tiny_target, "dspark_vanilla"), renamed)
@@ -96,3 +101,15 @@ def test_the_weight_check_catches_a_weight_sglang_skips(report):
 
 def test_sglang_dspark_refuses_deepspec_layout_dflash(report):
     assert "markov_rank > 0" in report["dflash_anchor"]["config_error"]
+
+
+@pytest.mark.parametrize("name", SLIM)
+def test_sglang_serves_slim_checkpoints_with_the_targets_embedding_and_head(report, name):
+    slim, full = report[f"{name}_slim"], report[name]
+    assert slim["config"] == full["config"]
+    assert slim["mismatched"] == [] and slim["unconsumed"] == []
+    if name == "eagle3":  # the worker's set_embed_and_head fills exactly these two from the target
+        assert slim["unfilled"] == ["lm_head.weight", "model.embed_tokens.weight"]
+        assert slim["load_lm_head_from_target"] is True and full["load_lm_head_from_target"] is False
+    else:  # the block drafters own no embedding / head parameters in SGLang: they attach the target's
+        assert slim["unfilled"] == [] and slim["sglang_params"] == full["sglang_params"]
