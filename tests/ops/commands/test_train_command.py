@@ -7,6 +7,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from dspark.models.checkpoint import load_drafter
 from dspark.models.embedded_target.tokenizer import MASK_TOKEN_ID, save_tokenizer, train_tokenizer
+from dspark.models.errors import CheckpointError
 from dspark.ops.cli import main
 
 
@@ -86,3 +87,30 @@ def test_bad_input_is_one_clear_line(extra, message, tiny_setup, capsys):
 def test_missing_target_is_reported(tmp_path, capsys):
     assert main(["train", "--target", str(tmp_path), "--drafter", "dflash", "--out", str(tmp_path / "o")]) == 2
     assert "has no config.json" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_chat_source_with_prompts_file_and_slim_export(tiny_setup, tmp_path):
+    root, target_dir, lib = tiny_setup
+    words = ["def", "return", "self", "value", "if", "else", "for", "in", "import", "class"]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"turns": [f"{words[i % 10]} {words[(i * 7) % 10]} x{i}"]}) + "\n"
+                               for i in range(60)))
+    out = root / "out_chat"
+    args = _args(root, target_dir, lib, "dspark", out, "--data-source", "chat", "--prompts-file", str(prompts),
+                 "--prompt-len", "16", "--held-out-percent", "20", "--slim")
+    assert main(args) == 0
+    target = Qwen3ForCausalLM.from_pretrained(str(target_dir))
+    with pytest.raises(CheckpointError, match="target_model="):
+        load_drafter(out, target.config)
+    assert load_drafter(out, target.config, target_model=target).config.kind == "dspark"
+    card = (out / "README.md").read_text()
+    assert "chat replies" in card and str(prompts) in card and "not stored" in card
+    assert "--data-source chat" in card and "--slim" in card
+
+
+def test_prompts_file_needs_the_chat_source(tiny_setup, tmp_path, capsys):
+    root, target_dir, lib = tiny_setup
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"turns": ["hi"]}\n')
+    assert main(_args(root, target_dir, lib, "dspark", root / "x", "--prompts-file", str(prompts))) == 2
+    assert "--prompts-file is read by --data-source chat only" in capsys.readouterr().err
