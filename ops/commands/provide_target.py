@@ -27,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("provide-target", help="download and convert a pretrained target (SmolLM2)",
                                    description=__doc__.splitlines()[0])
     parser.add_argument("name", choices=sorted(TARGETS), help="which target")
-    parser.add_argument("--cache", type=Path, default=None, help="cache root (default: $DSPARK_CACHE or ~/.cache/dspark)")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="cache root (default: $DSPARK_CACHE or ~/.cache/dspark)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads for the conversion check")
     parser.set_defaults(func=handle)
 
