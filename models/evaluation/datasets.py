@@ -17,8 +17,8 @@ DEEPSPEC_CAPS = {"gsm8k": 500, "math500": 500, "aime25": 30, "humaneval": 164, "
                  "mt-bench": 80, "alpaca": 500, "arena-hard-v2": 500}
 
 
-def load_prompts(path: Path, limit: Optional[int] = None) -> List[str]:
-    """The first turn of each row of a JSONL file, shuffled and capped as DeepSpec does."""
+def read_turns(path: Path) -> List[str]:
+    """The first turn of each row of a `{"turns": [...]}` JSONL file; ConfigError names the bad line."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"prompts file {path} does not exist")
@@ -37,7 +37,13 @@ def load_prompts(path: Path, limit: Optional[int] = None) -> List[str]:
         prompts.append(turns[0])
     if not prompts:
         raise ConfigError(f"prompts file {path} has no prompts")
-    cap = limit if limit is not None else DEEPSPEC_CAPS.get(path.stem)
+    return prompts
+
+
+def load_prompts(path: Path, limit: Optional[int] = None) -> List[str]:
+    """read_turns, then shuffled and capped as DeepSpec does (module docstring)."""
+    prompts = read_turns(path)
+    cap = limit if limit is not None else DEEPSPEC_CAPS.get(Path(path).stem)
     if cap is not None and len(prompts) > cap:
         random.Random(SHUFFLE_SEED).shuffle(prompts)
         prompts = prompts[:cap]

@@ -208,27 +208,6 @@ def write_prompts(records: list[dict], path: Path) -> None:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
 
-def read_prompts(path: Path) -> list[str]:
-    """The first user turn of each {"turns": [...]} record of a .jsonl file; bad lines raise ConfigError."""
-    if not Path(path).is_file():
-        raise ConfigError(f"--prompts-file {path} does not exist: pass a .jsonl of {{\"turns\": [...]}} records")
-    prompts = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{path}:{number} is not JSON ({err}); each line must be {{\"turns\": [...]}}") from err
-        turns = record.get("turns") if isinstance(record, dict) else None
-        if not isinstance(turns, list) or not turns or not isinstance(turns[0], str):
-            raise ConfigError(f"{path}:{number} has no \"turns\" list starting with a string: {line[:80]!r}")
-        prompts.append(turns[0])
-    if not prompts:
-        raise ConfigError(f"--prompts-file {path} holds no prompts")
-    return prompts
-
-
 def shingles(text: str) -> set[tuple[str, ...]]:
     """Word 3-grams of the lower-cased text (punctuation dropped); short texts give their word tuple.
 

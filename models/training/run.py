@@ -32,7 +32,8 @@ from dspark.models.checkpoint import WEIGHTS_FILE, save_drafter
 from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
 from dspark.models.embedded_target.corpus import Corpus, is_held_out, load_corpus
 from dspark.models.errors import CheckpointError, ConfigError
-from dspark.models.training.chat_prompts import generate_chat_prompts, read_prompts
+from dspark.models.evaluation.datasets import read_turns
+from dspark.models.training.chat_prompts import generate_chat_prompts
 from dspark.models.training.data import DataConfig, TokenDataset, build_dataset, load_dataset, save_dataset
 from dspark.models.training.evaluate import greedy_acceptance
 from dspark.models.training.losses import DFLASH_LOSS, DSPARK_LOSS
@@ -135,7 +136,7 @@ def corpus_documents(corpus: Corpus, tokenizer, split: str) -> list[torch.Tensor
 def chat_prompt_texts(job: "TrainJob", corpus: Corpus) -> tuple[list[str], str]:
     """The chat prompts (first user turns) and where they come from."""
     if job.prompts_file is not None:
-        return read_prompts(job.prompts_file), str(job.prompts_file)
+        return read_turns(job.prompts_file), str(job.prompts_file)
     records = generate_chat_prompts(corpus, BUILTIN_CHAT_PROMPTS, seed=0)
     return [r["turns"][0] for r in records], f"built-in generated set ({BUILTIN_CHAT_PROMPTS} prompts, seed 0)"
 

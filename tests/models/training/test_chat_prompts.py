@@ -7,11 +7,11 @@ import pytest
 
 from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root, load_corpus
 from dspark.models.errors import ConfigError
+from dspark.models.evaluation.datasets import read_turns
 from dspark.models.training.chat_prompts import (
     BOXED,
     generate_chat_prompts,
     near_duplicate,
-    read_prompts,
     shingles,
     write_prompts,
 )
@@ -71,12 +71,12 @@ def test_no_training_prompt_equals_or_nearly_duplicates_an_eval_prompt(builtin_p
 def test_prompts_file_round_trip_and_errors(tmp_path):
     path = tmp_path / "p.jsonl"
     write_prompts([{"turns": ["a?", "b"]}, {"turns": ["c?"]}], path)
-    assert read_prompts(path) == ["a?", "c?"]
+    assert read_turns(path) == ["a?", "c?"]
     path.write_text('{"turns": ["ok"]}\n{"text": "no turns"}\n')
-    with pytest.raises(ConfigError, match=r"p.jsonl:2 has no \"turns\" list"):
-        read_prompts(path)
+    with pytest.raises(ConfigError, match=r"p.jsonl:2 needs a non-empty string in \"turns\"\[0\]"):
+        read_turns(path)
     path.write_text("not json\n")
-    with pytest.raises(ConfigError, match="p.jsonl:1 is not JSON"):
-        read_prompts(path)
+    with pytest.raises(ConfigError, match="p.jsonl:1 is not valid JSON"):
+        read_turns(path)
     with pytest.raises(ConfigError, match="does not exist"):
-        read_prompts(tmp_path / "missing.jsonl")
+        read_turns(tmp_path / "missing.jsonl")
