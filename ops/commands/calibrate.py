@@ -2,7 +2,7 @@
 
     dspark calibrate --target DIR --drafter DIR --prompts-file held_out.jsonl --out sts.json --plots out/
 
-Rolls out fixed-length proposals on prompts held out from training, splits the prompts in two disjoint halves,
+Rolls out fixed-length proposals on prompts held out from training, shuffles them into two disjoint halves,
 fits the per-position temperatures on the first (left to right, 1-D grid search minimising the ECE of the
 cumulative survival; models/decoding/sts.py) and reports ECE before and after on the second. The JSON is what
 SGLang 0.5.23 reads with --speculative-dspark-confidence-sts-path, and what `dspark generate/eval --sts` apply.
@@ -10,6 +10,7 @@ SGLang 0.5.23 reads with --speculative-dspark-confidence-sts-path, and what `dsp
 from __future__ import annotations
 
 import argparse
+import random
 from pathlib import Path
 
 from dspark.models.decoding.sts import calibrate
@@ -40,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.fit_fraction < 1:
         raise ConfigError(f"--fit-fraction must lie in (0, 1), got {args.fit_fraction}")
     texts = [text for path in args.prompts_file for text in load_prompts(path, args.limit)]
+    random.Random(args.seed).shuffle(texts)  # both halves from the same mix of files
     if len(texts) < 2:
         raise ConfigError("calibration needs at least 2 prompts (one to fit, one to test)")
     target, drafter = load_models(args)
