@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from dspark.models.decoding.sts import StsCalibration, calibrate, fit_sts, load_sts
+from dspark.models.decoding.sts import StsCalibration, calibrate, fit_sts, grid_ece, load_sts
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.calibration import CalibrationData, auroc, expected_calibration_error, per_position
 
@@ -26,6 +26,13 @@ def test_fit_recovers_the_true_temperatures_and_lowers_ece():
     fit, test = data.split(0.5)
     result = calibrate(fit, test, "synthetic")
     assert sum(result.ece_after) < 0.5 * sum(result.ece_before)
+
+
+def test_grid_ece_equals_the_per_row_ece():
+    gen = torch.Generator().manual_seed(3)
+    pred, label = torch.rand(7, 500, generator=gen, dtype=torch.float64), (torch.rand(500, generator=gen) < 0.4).double()
+    expected = torch.tensor([expected_calibration_error(row, label) for row in pred], dtype=torch.float64)
+    torch.testing.assert_close(grid_ece(pred, label), expected)
 
 
 def test_sts_preserves_ranking_at_the_first_position():
