@@ -82,12 +82,13 @@ class SpeculativeDecoder:
         state = self.drafter.init_state(len(prompts), target.device) if self.drafter is not None else None
         context = right_aligned(step.features, tokens, valid) if self.drafter is not None else None
         while keep:
-            index = torch.tensor(keep, device=target.device)
-            rows, anchor = [rows[i] for i in keep], anchor[index]
-            target.select(index)
-            if state is not None:
-                state.select(index)
-                context = tuple(t[index] for t in context)
+            if len(keep) < len(rows):  # drop finished requests (copies every cache, so only when needed)
+                index = torch.tensor(keep, device=target.device)
+                rows, anchor = [rows[i] for i in keep], anchor[index]
+                target.select(index)
+                if state is not None:
+                    state.select(index)
+                    context = tuple(t[index] for t in context)
             block = self.draft(state, context, anchor, config.sampling, generator)
             lengths = self.verify_lengths(block, results, rows, config)
             width = int(lengths.max()) + 1
