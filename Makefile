@@ -54,12 +54,12 @@ drafters: setup
 # Drafters for SmolLM2-135M-Instruct (provided by `make setup` under $(DSPARK_CACHE)/targets), committed slim
 # (no copies of the target's embedding / lm_head) in embedded/smollm2-{dspark,dflash,eagle3}. Same data for all
 # three (the target's own replies to 320 built-in chat prompts, generated once by the first command and cached)
-# and the same budget (48 steps of 4 sequences, capped at 12 min each). On the shared 2-core CPU: data ~50 min,
-# then ~15 min per drafter. Interrupted? Run it again: every command resumes from its last checkpoint.
+# and the same budget (48 optimizer steps of 4 sequences each). On the shared, loaded 2-core CPU: data ~55 min,
+# then 10-25 min per drafter. Interrupted? Run it again: every command resumes from its last checkpoint.
 SMOLLM2 := $(DSPARK_CACHE)/targets/smollm2-135m-instruct
 SMOLLM2_RECIPE := --target $(SMOLLM2) --data-source chat --num-samples 320 --prompt-len 128 --response-len 96 \
 	--eval-samples 16 --data-cache $(DSPARK_CACHE)/train-data --block-size 6 --target-layer-ids 2 15 27 \
-	--mask-token-id 0 --batch-size 4 --n-anchors 64 --steps 48 --minutes 12 --lr 3e-3 --checkpoint-every 10 \
+	--mask-token-id 0 --batch-size 4 --n-anchors 64 --steps 48 --lr 3e-3 --checkpoint-every 10 \
 	--log-every 5 --threads 2 --slim --resume
 .PHONY: smollm2-drafters
 smollm2-drafters: setup
