@@ -86,8 +86,8 @@ def math_prompt(rng: random.Random) -> str:
     templates = (
         f"{name} has {a} {item}. {other} gives {name} {b} bags with {c} {item} in each bag. {name} then shares "
         f"half of all the {item} with friends. How many {item} does {name} keep?",
-        f"A shop sells {item} for ${price:.2f} each. {name} buys {a} {item} and pays with a ${(a * price // 10 + 1) * 10:.0f} "
-        f"bill. How much change does {name} get?",
+        f"A shop sells {item} for ${price:.2f} each. {name} buys {a} {item} and pays with a "
+        f"${(a * price // 10 + 1) * 10:.0f} bill. How much change does {name} get?",
         f"{name} reads {b} pages every weekday and {c * 3} pages on each weekend day. How many pages does {name} "
         f"read in {c} weeks?",
         f"A train travels at {speed} km/h for {hours} hours, then at {speed + 20} km/h for {c} more hours. What is "
