@@ -143,9 +143,11 @@ def write_plots(report: dict, out: Path) -> None:
     names = list(next(iter(tau.values()))["datasets"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.8 / len(tau)
+    colors = {"none": "gray"} | {kind: f"C{i}" for i, kind in enumerate(tau)}  # one colour per drafter, both panels
     for i, (kind, result) in enumerate(tau.items()):
         xs = [j + i * width for j in range(len(names) + 1)]
-        axes[0].bar(xs, [result["datasets"][n]["tau"] for n in names] + [result["macro_tau"]], width, label=kind)
+        axes[0].bar(xs, [result["datasets"][n]["tau"] for n in names] + [result["macro_tau"]], width, label=kind,
+                    color=colors[kind])
     axes[0].set_xticks([j + 0.4 - width / 2 for j in range(len(names) + 1)], names + ["macro"])
     axes[0].set_ylabel("tau (tokens per target forward)")
     axes[0].set_title("accepted length")
@@ -153,7 +155,7 @@ def write_plots(report: dict, out: Path) -> None:
     batch_sizes = list(report["speed"])
     for kind in ["none"] + list(tau):
         axes[1].plot(batch_sizes, [report["speed"][b][kind]["tokens_per_s"] for b in batch_sizes], marker="o",
-                     label=kind)
+                     label=kind, color=colors[kind])
     axes[1].set_xlabel("batch size")
     axes[1].set_ylabel("tokens/s (greedy, wall clock)")
     axes[1].set_title("throughput")
