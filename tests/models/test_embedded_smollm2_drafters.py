@@ -1,0 +1,73 @@
+"""The committed SmolLM2 drafters (embedded/smollm2-{dspark,dflash,eagle3}) are slim and fit the provided target.
+
+The files are checked everywhere (slim, cards, same data and budget); loading them and proposing a block
+needs the SmolLM2 directory `make setup` provides, and is skipped, with the reason, where it is missing.
+"""
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from dspark.models.checkpoint import FROZEN_WEIGHTS, load_drafter, stores_frozen_weights
+from dspark.models.targets.smollm2 import is_provided, target_dir
+from dspark.models.target_features import capture_target_features
+from dspark.models.training.run import target_fingerprint
+
+from tests.paths import EMBEDDED
+
+KINDS = ("dspark", "dflash", "eagle3")
+SMOLLM2 = target_dir(Path(os.environ.get("DSPARK_CACHE") or Path.home() / ".cache" / "dspark"))
+MAX_COMMITTED_MB = 40
+
+
+def _dir(kind: str) -> Path:
+    return EMBEDDED / f"smollm2-{kind}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_committed_smollm2_drafter_is_slim_and_small(kind):
+    assert not stores_frozen_weights(_dir(kind))
+    with safe_open(str(_dir(kind) / "model.safetensors"), framework="pt") as handle:
+        assert not set(FROZEN_WEIGHTS) & set(handle.keys())
+    assert (_dir(kind) / "model.safetensors").stat().st_size < MAX_COMMITTED_MB * 2**20
+
+
+def test_smollm2_drafters_share_data_and_budget_and_have_cards():
+    jobs = {kind: json.loads((_dir(kind) / "train_log.json").read_text())["job"] for kind in KINDS}
+    for field in ("target_sha256", "data_summary", "samples", "seq_len", "trained_tokens", "steps"):
+        assert len({json.dumps(job[field]) for job in jobs.values()}) == 1, field
+    for kind, job in jobs.items():
+        assert job["slim"] and not job["stopped_early"]
+        card = (_dir(kind) / "README.md").read_text()
+        assert f"{job['steps']} optimizer steps" in card and "--data-source chat" in card and "--slim" in card
+        history = json.loads((_dir(kind) / "train_log.json").read_text())["history"]
+        assert history[-1]["loss"] < history[0]["loss"], f"{kind}: training did not lower the loss"
+
+
+@pytest.fixture(scope="module")
+def target():
+    return AutoModelForCausalLM.from_pretrained(str(SMOLLM2), dtype=torch.float32).eval()
+
+
+@pytest.mark.skipif(not is_provided(SMOLLM2), reason=f"{SMOLLM2} not provided: run make setup")
+@pytest.mark.parametrize("kind", KINDS)
+def test_committed_smollm2_drafter_loads_from_the_target_and_proposes(kind, target):
+    job = json.loads((_dir(kind) / "train_log.json").read_text())["job"]
+    assert job["target_sha256"] == target_fingerprint(SMOLLM2)
+    drafter = load_drafter(_dir(kind), target.config, target_model=target, dtype=torch.float32)
+    cfg = drafter.config
+    assert cfg.kind == kind and torch.equal(drafter.lm_head.weight, target.lm_head.weight)
+    tokenizer = AutoTokenizer.from_pretrained(str(SMOLLM2))
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "Name three primary colors."}],
+                                        add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    with torch.no_grad():
+        features = capture_target_features(target, ids, cfg.target_layer_ids).hidden
+        anchor = target(ids).logits[:, -1].argmax(-1)
+    block = drafter.propose(drafter.init_state(1), context_hidden=features, context_tokens=ids,
+                            context_lengths=torch.tensor([ids.shape[1]]), anchor=anchor)
+    assert block.tokens.shape == (1, cfg.gamma)
+    assert (block.confidence() is not None) == (kind == "dspark")
