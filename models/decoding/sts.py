@@ -18,7 +18,7 @@ from typing import List
 import torch
 
 from dspark.models.errors import ConfigError
-from dspark.models.evaluation.calibration import ECE_BINS, CalibrationData, per_position
+from dspark.models.evaluation.calibration import CalibrationData, ece_rows, per_position
 
 # t in [0.25, 5.00] in steps of 0.01 (the paper leaves the grid unspecified).
 DEFAULT_GRID = torch.arange(25, 501, dtype=torch.float64) / 100
@@ -67,17 +67,10 @@ def fit_sts(data: CalibrationData, grid: torch.Tensor = DEFAULT_GRID) -> torch.T
         rows = observed[:, k]
         if rows.any():
             candidates = prefix[rows] * torch.sigmoid(logits[rows, k] / grid.unsqueeze(1))  # [grid, rows]
-            temperatures[k] = grid[int(grid_ece(candidates, labels[rows, k]).argmin())]
+            temperatures[k] = grid[int(ece_rows(candidates, labels[rows, k]).argmin())]
         prefix = prefix * torch.sigmoid(logits[:, k] / temperatures[k])
     return temperatures
 
-
-def grid_ece(pred: torch.Tensor, label: torch.Tensor, bins: int = ECE_BINS) -> torch.Tensor:
-    """expected_calibration_error of every row of pred [grid, n] against label [n] at once. -> [grid]"""
-    index = (pred * bins).long().clamp(max=bins - 1)
-    gap = torch.zeros(pred.shape[0], bins, dtype=torch.float64)
-    gap.scatter_add_(1, index, pred.double() - label.double())  # per bin: sum(a) - sum(y)
-    return gap.abs().sum(dim=1) / pred.shape[1]
 
 
 def calibrate(fit_data: CalibrationData, test_data: CalibrationData, dataset: str) -> StsCalibration:

@@ -35,23 +35,25 @@ class CalibrationData:
         logits = self.logits.double() / (1.0 if temperatures is None else temperatures.double())
         return torch.sigmoid(logits).cumprod(dim=1).clamp(PREDICTION_CLAMP, 1 - PREDICTION_CLAMP)
 
-    def split(self, fraction: float, seed: int = 0) -> tuple:
-        """Two disjoint random subsets of the rounds: (first `fraction`, rest)."""
-        order = torch.randperm(self.logits.shape[0], generator=torch.Generator().manual_seed(seed))
-        cut = int(round(fraction * len(order)))
-        pick = lambda idx: CalibrationData(self.logits[idx], self.accepted[idx], self.verify_len[idx])  # noqa: E731
-        return pick(order[:cut]), pick(order[cut:])
+
+def bin_index(pred: torch.Tensor, bins: int = ECE_BINS) -> torch.Tensor:
+    """The equal-width bin on [0, 1] of each prediction (1.0 falls in the last bin)."""
+    return (pred * bins).long().clamp(max=bins - 1)
+
+
+def ece_rows(pred: torch.Tensor, label: torch.Tensor, bins: int = ECE_BINS) -> torch.Tensor:
+    """ECE of every row of pred [rows, n] against label [n] at once -> [rows] float64.
+
+    sum_b n_b/N |mean(a)_b - mean(y)_b| = sum_b |sum(a)_b - sum(y)_b| / N.
+    """
+    gap = torch.zeros(pred.shape[0], bins, dtype=torch.float64)
+    gap.scatter_add_(1, bin_index(pred, bins), pred.double() - label.double())
+    return gap.abs().sum(dim=1) / pred.shape[1]
 
 
 def expected_calibration_error(pred: torch.Tensor, label: torch.Tensor, bins: int = ECE_BINS) -> float:
-    """pred, label: [n] float. Equal-width bins on [0, 1]."""
-    if pred.numel() == 0:
-        return float("nan")
-    index = (pred * bins).long().clamp(max=bins - 1)
-    count = torch.bincount(index, minlength=bins).double()
-    gap = (torch.bincount(index, weights=pred.double(), minlength=bins)
-           - torch.bincount(index, weights=label.double(), minlength=bins)).abs()
-    return float(gap.sum() / count.sum())  # sum_b n_b/N |mean(a)_b - mean(y)_b| = sum_b |sum(a)_b - sum(y)_b| / N
+    """pred, label: [n] float; nan when empty."""
+    return float(ece_rows(pred.unsqueeze(0), label, bins)[0]) if pred.numel() else float("nan")
 
 
 def auroc(pred: torch.Tensor, label: torch.Tensor) -> float:

@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from dspark.models.evaluation.calibration import ECE_BINS, CalibrationData  # noqa: E402
+from dspark.models.evaluation.calibration import ECE_BINS, CalibrationData, bin_index  # noqa: E402
 
 
 def plot_acceptance(series: Dict[str, dict], path: Path, title: str) -> Path:
@@ -40,7 +40,7 @@ def plot_reliability(data: CalibrationData, path: Path, title: str,
         survival, labels, observed = data.survival(temps), data.labels, data.observed
         for j in range(data.logits.shape[1]):
             pred, label = survival[observed[:, j], j], labels[observed[:, j], j]
-            index = (pred * ECE_BINS).long().clamp(max=ECE_BINS - 1)
+            index = bin_index(pred)
             count = torch.bincount(index, minlength=ECE_BINS)
             used = count > 0
             mean_pred = torch.bincount(index, weights=pred, minlength=ECE_BINS)[used] / count[used]

@@ -21,11 +21,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
 
 from dspark.kernels.warping import GREEDY, SamplingParams  # noqa: E402
 from dspark.models.decoding.engine import SpeculativeDecoder  # noqa: E402
 from dspark.models.decoding.loading import load_drafter_for, load_target  # noqa: E402
 from dspark.models.errors import ConfigError  # noqa: E402
+from dspark.models.evaluation.acceptance import acceptance_summary  # noqa: E402
 from dspark.models.evaluation.datasets import encode_chat, load_prompts  # noqa: E402
 from dspark.models.evaluation.plots import plot_acceptance, save  # noqa: E402
 from dspark.models.evaluation.run import EvalSettings, decode_all, evaluate  # noqa: E402
@@ -60,8 +62,6 @@ def pairs(values: list, flag: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     for name in ("prompts", "max_new_tokens", "speed_prompts", "speed_tokens", "threads"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -112,10 +112,9 @@ def speed_phase(target, drafters: dict, encoded: dict, args) -> dict:
             generations, wall = decode_all(decoder, mixed, settings, target.eos_token_ids, f"speed bs{batch_size} {kind}")
             tokens = [g.token_ids for g in generations]
             reference = reference or tokens
-            rounds = sum(len(g.rounds) for g in generations)
             row[kind] = {"tokens_per_s": sum(map(len, tokens)) / wall, "wall_s": wall,
                          "identical_to_target": tokens == reference,
-                         "tau": sum(r.emitted for g in generations for r in g.rounds) / max(rounds, 1)}
+                         "tau": acceptance_summary(generations, gamma=0)["tau"]}
         for kind in drafters:
             row[kind]["speedup"] = row[kind]["tokens_per_s"] / row["none"]["tokens_per_s"]
         results[str(batch_size)] = row

@@ -69,10 +69,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {args.out}")
     if args.plots is not None:
         path = plot_reliability(halves[1], args.plots / "reliability_sts.png", "held-out rollouts: before / after STS",
-                                result_temperatures(result))
+                                result.tensor())
         print(f"plot: {path}")
     return 0
-
-
-def result_temperatures(result):
-    return result.tensor().double()

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             walls[name] += time.perf_counter() - begin
         spec, alone = outputs["speculative"], outputs["target alone"]
         generations.append(spec)
-        tau = sum(r.emitted for r in spec.rounds) / max(len(spec.rounds), 1)
+        tau = acceptance_summary([spec], drafter.config.gamma)["tau"]
         print(f"\n>>> {text}\n{target.tokenizer.decode(spec.token_ids, skip_special_tokens=True).strip()}")
         print(f"    [{len(spec.token_ids)} tokens, tau {tau:.2f}, identical to the target alone: "
               f"{spec.token_ids == alone.token_ids}]")

@@ -21,6 +21,9 @@ from dspark.ops.commands.decoding_args import (add_model_args, add_sampling_args
                                                sampling_params, verify_policy)
 
 
+SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "batch_size", "limit", "threshold")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("eval", help="measure tau, acceptance, calibration and speed",
                                    description=__doc__.splitlines()[0])
@@ -65,8 +68,6 @@ def run(args: argparse.Namespace) -> int:
         write_plots(args.plots, drafter.config.kind, results, calibration_data(generations), sts)
     return 0
 
-
-SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "batch_size", "limit", "threshold")
 
 
 def result_line(name: str, result: dict) -> str:

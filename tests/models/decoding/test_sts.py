@@ -4,9 +4,10 @@ import json
 import pytest
 import torch
 
-from dspark.models.decoding.sts import StsCalibration, calibrate, fit_sts, grid_ece, load_sts
+from dspark.models.decoding.sts import StsCalibration, calibrate, fit_sts, load_sts
 from dspark.models.errors import ConfigError
-from dspark.models.evaluation.calibration import CalibrationData, auroc, expected_calibration_error, per_position
+from dspark.models.evaluation.calibration import (CalibrationData, auroc, ece_rows, expected_calibration_error,
+                                                   per_position)
 
 
 def synthetic_rollouts(n=20000, gamma=4, true_temperatures=(2.0, 0.5, 3.0, 1.0), seed=0):
@@ -23,16 +24,24 @@ def test_fit_recovers_the_true_temperatures_and_lowers_ece():
     data = synthetic_rollouts()
     temperatures = fit_sts(data)
     torch.testing.assert_close(temperatures, torch.tensor([2.0, 0.5, 3.0, 1.0], dtype=torch.float64), atol=0.25, rtol=0.1)
-    fit, test = data.split(0.5)
+    fit, test = (CalibrationData(data.logits[part], data.accepted[part], data.verify_len[part])
+                 for part in (slice(0, 10000), slice(10000, None)))  # rollouts are i.i.d.: halves are disjoint
     result = calibrate(fit, test, "synthetic")
     assert sum(result.ece_after) < 0.5 * sum(result.ece_before)
 
 
-def test_grid_ece_equals_the_per_row_ece():
+def test_ece_rows_equals_the_binned_definition_row_by_row():
     gen = torch.Generator().manual_seed(3)
     pred, label = torch.rand(7, 500, generator=gen, dtype=torch.float64), (torch.rand(500, generator=gen) < 0.4).double()
-    expected = torch.tensor([expected_calibration_error(row, label) for row in pred], dtype=torch.float64)
-    torch.testing.assert_close(grid_ece(pred, label), expected)
+    expected = []
+    for row in pred:  # sum_b n_b/N |mean(a)_b - mean(y)_b| over 20 equal-width bins, written out
+        total = 0.0
+        for b in range(20):
+            inside = (row >= b / 20) & ((row < (b + 1) / 20) if b < 19 else (row <= 1))
+            if inside.any():
+                total += inside.sum() / 500 * abs(row[inside].mean() - label[inside].mean())
+        expected.append(float(total))
+    torch.testing.assert_close(ece_rows(pred, label), torch.tensor(expected, dtype=torch.float64))
 
 
 def test_sts_preserves_ranking_at_the_first_position():
