@@ -2,7 +2,8 @@
 
     prefill   target forward over the (left-padded) prompts; sample the first token, the first anchor
     loop      draft    drafter.propose: gamma tokens after the anchor (+ confidences for DSpark)
-              allocate a verification length k_b per request (verify_length.py), capped by its token budget
+              allocate a verification length k_b per request (verify_length.py -> kernels/allocate.py),
+                       at most its remaining token budget
               verify   one target forward over the ragged blocks [anchor, d_1..d_k]; accept losslessly
                        (kernels/verification.py): n drafts, then a correction or bonus token
               commit   the n drafts and the new token; the target keeps their KV, the drafter their features;
@@ -21,7 +22,7 @@ from dspark.kernels import warping
 from dspark.kernels.verification import Verdict, verify_greedy, verify_sampled
 from dspark.kernels.warping import GREEDY, SamplingParams
 from dspark.models.decoding.target import TargetRunner
-from dspark.models.decoding.verify_length import FixedLength, VerifyLengthPolicy
+from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.drafters.base import DraftBlock, Drafter
 from dspark.models.errors import ConfigError
 
@@ -61,9 +62,10 @@ class Generation:
 
 class SpeculativeDecoder:
     def __init__(self, target: torch.nn.Module, drafter: Optional[Drafter] = None,
-                 policy: VerifyLengthPolicy = FixedLength(), sts_temperatures: Optional[torch.Tensor] = None):
-        if drafter is not None and policy.needs_confidence and drafter.config.kind != "dspark":
-            raise ConfigError(f"{type(policy).__name__} needs confidences; the {drafter.config.kind} drafter has none")
+                 policy: VerifyLengthPolicy = VerifyLengthPolicy(), sts_temperatures: Optional[torch.Tensor] = None):
+        if drafter is not None and policy.needs_confidence and not drafter.config.enable_confidence_head:
+            raise ConfigError(f"the {policy.name} policy needs confidences; this {drafter.config.kind} drafter has "
+                              "no confidence head")
         self.target, self.drafter, self.policy, self.sts_temperatures = target, drafter, policy, sts_temperatures
 
     @torch.no_grad()
@@ -81,16 +83,18 @@ class SpeculativeDecoder:
         keep = self.emit(results, rows, [[t] for t in anchor.tolist()], config)
         state = self.drafter.init_state(len(prompts), target.device) if self.drafter is not None else None
         context = right_aligned(step.features, tokens, valid) if self.drafter is not None else None
+        lagged = None  # last round's confidences per row, for the lagged policy
         while keep:
             if len(keep) < len(rows):  # drop finished requests (copies every cache, so only when needed)
                 index = torch.tensor(keep, device=target.device)
                 rows, anchor = [rows[i] for i in keep], anchor[index]
                 target.select(index)
+                lagged = lagged[index] if lagged is not None else None
                 if state is not None:
                     state.select(index)
                     context = tuple(t[index] for t in context)
             block = self.draft(state, context, anchor, config.sampling, generator)
-            lengths = self.verify_lengths(block, results, rows, config)
+            lengths, lagged = self.verify_lengths(block, results, rows, config, lagged)
             width = int(lengths.max()) + 1
             draft_tokens = block.tokens[:, : width - 1] if block is not None else anchor.new_zeros(len(rows), 0)
             tokens = torch.cat([anchor.unsqueeze(1), draft_tokens], dim=1)
@@ -110,13 +114,16 @@ class SpeculativeDecoder:
         return self.drafter.propose(state, context_hidden=hidden, context_tokens=tokens, context_lengths=lengths,
                                     anchor=anchor, sampling=sampling, generator=generator)
 
-    def verify_lengths(self, block: Optional[DraftBlock], results, rows, config) -> torch.Tensor:
-        """The policy's k per request, capped so a round never drafts past max_new_tokens. -> [bs] long"""
+    def verify_lengths(self, block: Optional[DraftBlock], results, rows, config, lagged) -> tuple:
+        """(the policy's k per request, never drafting past max_new_tokens: [bs] long; the confidences it saw,
+        which are the lagged ones next round)."""
         if block is None:
-            return torch.zeros(len(rows), dtype=torch.long)
-        lengths = self.policy(block, block.confidence(self.sts_temperatures))
+            return torch.zeros(len(rows), dtype=torch.long), None
+        confidence = block.confidence(self.sts_temperatures)
+        if confidence is None:
+            confidence = torch.ones(block.tokens.shape, device=block.tokens.device)
         remaining = torch.tensor([config.max_new_tokens - len(results[r].token_ids) - 1 for r in rows])
-        return torch.minimum(lengths.cpu(), remaining).to(block.tokens.device)
+        return self.policy.lengths(confidence, lagged, remaining.to(block.tokens.device)), confidence
 
     def record(self, results, rows, block, lengths, verdict: Verdict, draft_tokens, config) -> List[int]:
         """Append each request's round and committed tokens; returns the batch rows still running."""

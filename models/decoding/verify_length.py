@@ -1,61 +1,62 @@
-"""How many of its gamma drafts each request sends to verification this round.
+"""The engine's "allocate" step: how many of its gamma drafts each request sends to verification this round.
 
-A policy sees only the drafter's own outputs (the block and its confidences), never the target's verdict, so
-any policy keeps decoding lossless (kernels/verification.py): it only decides how many acceptance steps run.
-The engine then caps each length by the request's remaining token budget.
+VerifyLengthPolicy holds one kernels/allocate.py policy and its settings (fixed, mtp1, threshold, causal =
+paper Algorithm 1, lagged = paper §5.2) and calls `allocate_verify_lengths` with what the engine knows:
+this round's confidences (STS-calibrated c_k; DSpark only), each request's remaining token budget as its max
+length, and, for `lagged`, the confidences the same requests had one round earlier. Every policy reads only
+drafter outputs and past rounds, never the target's verdict on this round, so decoding stays lossless
+(kernels/verification.py): a policy only decides how many acceptance steps run.
 
-- FixedLength: every draft (gamma), or a fixed k <= gamma: the DeepSpec evaluation protocol.
-- StaticThreshold: verify d_1..d_k while the survival a_k = prod_{i<=k} c_i (the estimated probability that
-  d_1..d_k are all accepted) stays >= threshold; at least `min_length`. Needs a confidence head.
-The confidence-aware allocator (paper Algorithm 1) plugs in here with the same signature.
+Lagged history: a request with no earlier round (the first round, or one that just joined) borrows the mean of
+the other requests' lagged rows, or zeros when no request has history (then only min_length drafts are verified).
 """
 from dataclasses import dataclass
-from typing import Optional, Protocol
+from typing import Optional
 
 import torch
 
-from dspark.models.drafters.base import DraftBlock
-from dspark.models.errors import ConfigError
+from dspark.kernels.allocate import allocate_verify_lengths
+from dspark.kernels.sps import SpsTable
 
-
-class VerifyLengthPolicy(Protocol):
-    needs_confidence: bool
-
-    def __call__(self, block: DraftBlock, confidence: Optional[torch.Tensor]) -> torch.Tensor:
-        """block.tokens [bs, gamma]; confidence [bs, gamma] (STS-calibrated c_k) or None -> [bs] long in [0, gamma]."""
+CONFIDENCE_POLICIES = ("causal", "lagged", "threshold")
 
 
 @dataclass(frozen=True)
-class FixedLength:
-    length: Optional[int] = None  # None: the whole block
-    needs_confidence = False
-
-    def __post_init__(self) -> None:
-        if self.length is not None and self.length < 0:
-            raise ConfigError(f"fixed verify length must be >= 0, got {self.length}")
-
-    def __call__(self, block: DraftBlock, confidence: Optional[torch.Tensor]) -> torch.Tensor:
-        bs, gamma = block.tokens.shape
-        length = gamma if self.length is None else min(self.length, gamma)
-        return torch.full((bs,), length, dtype=torch.long, device=block.tokens.device)
-
-
-@dataclass(frozen=True)
-class StaticThreshold:
-    threshold: float
+class VerifyLengthPolicy:
+    name: str = "fixed"
+    sps: Optional[SpsTable] = None  # causal, lagged
+    threshold: Optional[float] = None  # threshold
+    threshold_on: str = "survival"  # threshold: "survival" or "confidence"
+    length: Optional[int] = None  # fixed: drafts per request (None: gamma)
     min_length: int = 0
-    needs_confidence = True
+    max_batch_tokens: Optional[int] = None  # verify tokens per target forward, anchors included
 
     def __post_init__(self) -> None:
-        if not 0 <= self.threshold <= 1:
-            raise ConfigError(f"confidence threshold must lie in [0, 1], got {self.threshold}")
-        if self.min_length < 0:
-            raise ConfigError(f"min_length must be >= 0, got {self.min_length}")
+        one = torch.full((1, 1), 0.5)  # validates every setting now, with the allocator's own error messages
+        self.lengths(one, one, max_length=torch.ones(1, dtype=torch.long))
 
-    def __call__(self, block: DraftBlock, confidence: Optional[torch.Tensor]) -> torch.Tensor:
-        if confidence is None:
-            raise ConfigError("the static-threshold policy needs a drafter with a confidence head (DSpark)")
-        survival = confidence.double().cumprod(dim=1)
-        # survival is non-increasing, so the positions above the threshold form a prefix.
-        length = (survival >= self.threshold).sum(dim=1)
-        return length.clamp(min=min(self.min_length, block.tokens.shape[1]))
+    @property
+    def needs_confidence(self) -> bool:
+        return self.name in CONFIDENCE_POLICIES
+
+    def lengths(self, confidence: torch.Tensor, lagged: Optional[torch.Tensor],
+                max_length: torch.Tensor) -> torch.Tensor:
+        """confidence [bs, gamma] (ones for a drafter without a confidence head), lagged [bs, gamma] or None
+        (NaN rows: no history yet), max_length [bs] long -> [bs] long verify lengths."""
+        if self.name == "lagged":
+            lagged = fill_history(lagged if lagged is not None else torch.full_like(confidence, float("nan")))
+        return allocate_verify_lengths(
+            confidence, self.sps, self.name, lagged_confidence=lagged, threshold=self.threshold,
+            threshold_on=self.threshold_on, length=self.length, min_length=self.min_length, max_length=max_length,
+            max_batch_tokens=self.max_batch_tokens)
+
+
+def fill_history(lagged: torch.Tensor) -> torch.Tensor:
+    """Rows without history (NaN) take the mean of the rows with history, or zeros (module docstring)."""
+    missing = lagged.isnan().any(dim=1)
+    if not missing.any():
+        return lagged
+    known = lagged[~missing]
+    fill = known.mean(dim=0) if len(known) else torch.zeros_like(lagged[0])
+    return torch.where(missing[:, None], fill.expand_as(lagged), lagged)
+

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding.engine import Generation, GenerationConfig, SpeculativeDecoder
-from dspark.models.decoding.verify_length import FixedLength, VerifyLengthPolicy
+from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.drafters.base import Drafter
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.acceptance import acceptance_summary, calibration_rounds
@@ -63,7 +63,7 @@ def calibration_report(data: CalibrationData, temperatures: Optional[torch.Tenso
 
 
 def evaluate(target: torch.nn.Module, drafter: Drafter, prompts: Sequence[List[int]], settings: EvalSettings,
-             eos_token_ids: tuple, policy: VerifyLengthPolicy = FixedLength(),
+             eos_token_ids: tuple, policy: VerifyLengthPolicy = VerifyLengthPolicy(),
              sts_temperatures: Optional[torch.Tensor] = None, desc: str = "eval") -> Tuple[dict, List[Generation]]:
     """Metrics for one dataset (module docstring) and the speculative generations behind them."""
     decoder = SpeculativeDecoder(target, drafter, policy, sts_temperatures)

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import torch
 
+from dspark.kernels.allocate import POLICIES, THRESHOLD_ON
+from dspark.kernels.sps import load_sps
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding.loading import Target, load_drafter_for, load_target
 from dspark.models.decoding.sts import load_sts
-from dspark.models.decoding.verify_length import FixedLength, StaticThreshold, VerifyLengthPolicy
+from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
 
 
@@ -37,9 +39,18 @@ def add_sampling_args(parser: argparse.ArgumentParser, temperature: float, max_n
 
 
 def add_verify_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("verification length")
+    group = parser.add_argument_group("verification length (kernels/allocate.py)")
+    group.add_argument("--policy", choices=POLICIES, default=None,
+                       help="fixed: every draft (default); threshold (default when --threshold is given); causal: "
+                            "paper Algorithm 1; lagged: paper 5.2; mtp1: one draft. causal/lagged need --sps-table")
+    group.add_argument("--sps-table", type=Path, default=None, help="SPS JSON from `dspark profile-sps`")
     group.add_argument("--threshold", type=float, default=None,
-                       help="verify drafts while the survival prod c_i stays >= this (DSpark; default: all gamma)")
+                       help="threshold policy: verify drafts while the survival prod c_i stays >= this (DSpark)")
+    group.add_argument("--threshold-on", choices=THRESHOLD_ON, default="survival",
+                       help="threshold policy: compare the survival or each conditional confidence c_i")
+    group.add_argument("--verify-length", type=int, default=None, help="fixed policy: drafts per request (gamma)")
+    group.add_argument("--min-verify-length", type=int, default=0, help="drafts always verified")
+    group.add_argument("--max-batch-tokens", type=int, default=None, help="verify tokens per target forward")
     group.add_argument("--sts", type=Path, default=None, help="STS calibration JSON from `dspark calibrate`")
 
 
@@ -67,5 +78,9 @@ def verify_policy(args: argparse.Namespace, drafter) -> tuple[VerifyLengthPolicy
         if drafter is None or drafter.config.kind != "dspark":
             raise ConfigError("--sts needs a DSpark drafter (only DSpark has a confidence head)")
         sts = load_sts(args.sts, drafter.config.gamma).tensor()
-    policy = FixedLength() if args.threshold is None else StaticThreshold(args.threshold)
+    name = args.policy or ("threshold" if args.threshold is not None else "fixed")
+    policy = VerifyLengthPolicy(
+        name, sps=load_sps(args.sps_table) if args.sps_table is not None else None, threshold=args.threshold,
+        threshold_on=args.threshold_on, length=args.verify_length, min_length=args.min_verify_length,
+        max_batch_tokens=args.max_batch_tokens)
     return policy, sts

@@ -3,10 +3,22 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from dspark.kernels.sps import SpsTable
 from dspark.models.checkpoint import load_drafter
+from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from tests.paths import EMBEDDED, EMBEDDED_TARGET
 
 KINDS = ("dspark", "dflash", "eagle3")
+# A falling cost curve, so the confidence-aware policies verify some drafts and not others.
+SPS = SpsTable.from_probes({1: 1.0, 4: 0.95, 8: 0.85, 16: 0.6, 32: 0.35, 64: 0.2, 1024: 0.15, 4096: 0.05}, 8192)
+POLICIES = {  # name -> (policy, the most drafts it may verify)
+    "fixed-2": (VerifyLengthPolicy(length=2), 2),
+    "mtp1": (VerifyLengthPolicy("mtp1"), 1),
+    "threshold": (VerifyLengthPolicy("threshold", threshold=0.3), None),
+    "threshold-min1": (VerifyLengthPolicy("threshold", threshold=0.9, min_length=1), None),
+    "causal": (VerifyLengthPolicy("causal", sps=SPS), None),
+    "lagged": (VerifyLengthPolicy("lagged", sps=SPS), None),
+}
 # Prompts of different lengths (1 to ~40 tokens), so batches are ragged from the prefill on.
 TEXTS = ("def", "import os\nimport sys\n\n", "class Foo(object):\n    def __init__(self, name):\n        self.",
          "    return x", "# Copyright 2001 Python Software Foundation\n\"\"\"Utilities for", "if __name__ == ",

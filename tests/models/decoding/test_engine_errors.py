@@ -3,7 +3,7 @@ import pytest
 
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
-from dspark.models.decoding.verify_length import StaticThreshold
+from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
 
 
@@ -12,7 +12,9 @@ from dspark.models.errors import ConfigError
     (lambda: SamplingParams(temperature=-1), "temperature must be >= 0"),
     (lambda: SamplingParams(1.0, top_p=0), "top_p must lie in"),
     (lambda: SamplingParams(1.0, top_k=-2), "top_k must be >= 0"),
-    (lambda: StaticThreshold(1.5), "threshold must lie in"),
+    (lambda: VerifyLengthPolicy("threshold", threshold=1.5), r"threshold in \[0, 1\], got 1.5"),
+    (lambda: VerifyLengthPolicy("causal"), "needs an SPS table"),
+    (lambda: VerifyLengthPolicy("fixed", length=-1), "fixed verify length must be >= 0"),
 ])
 def test_invalid_settings_are_named(make, match):
     with pytest.raises(ConfigError, match=match):
@@ -28,5 +30,5 @@ def test_empty_prompts_are_refused(embedded_target):
 
 
 def test_threshold_policy_needs_a_confidence_head(embedded_target, embedded_drafters):
-    with pytest.raises(ConfigError, match="needs confidences; the eagle3 drafter has none"):
-        SpeculativeDecoder(embedded_target, embedded_drafters["eagle3"], StaticThreshold(0.5))
+    with pytest.raises(ConfigError, match="threshold policy needs confidences; this eagle3 drafter has no confidence head"):
+        SpeculativeDecoder(embedded_target, embedded_drafters["eagle3"], VerifyLengthPolicy("threshold", threshold=0.5))

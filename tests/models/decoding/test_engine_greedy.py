@@ -3,8 +3,7 @@ import pytest
 import torch
 
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
-from dspark.models.decoding.verify_length import FixedLength, StaticThreshold
-from tests.models.decoding.conftest import KINDS
+from tests.models.decoding.conftest import KINDS, POLICIES
 
 MAX_NEW = 24
 
@@ -35,13 +34,16 @@ def test_greedy_output_equals_target_greedy(kind, batch_size, embedded_target, e
         assert max(r.accepted for r in rounds) >= 2, "the drafter should get some drafts accepted"
 
 
-@pytest.mark.parametrize("policy", [FixedLength(2), StaticThreshold(0.3), StaticThreshold(0.9, min_length=1)])
-def test_partial_verification_is_still_exact(policy, embedded_target, embedded_drafters, prompts, references):
+@pytest.mark.parametrize("name", POLICIES)
+def test_every_verify_length_policy_is_exact(name, embedded_target, embedded_drafters, prompts, references):
+    policy, most = POLICIES[name]
     decoder = SpeculativeDecoder(embedded_target, embedded_drafters["dspark"], policy)
     outputs = decoder.generate(prompts, GenerationConfig(max_new_tokens=MAX_NEW))
     assert [g.token_ids for g in outputs] == references
     lengths = {r.verify_len for g in outputs for r in g.rounds}
-    assert max(lengths) < embedded_drafters["dspark"].config.gamma or isinstance(policy, StaticThreshold)
+    assert max(lengths) <= (most or embedded_drafters["dspark"].config.gamma)
+    if most is None:
+        assert len(lengths) > 1, f"{name} should choose different lengths, chose {lengths}"
 
 
 def test_eos_inside_an_accepted_block_ends_the_request_there(embedded_target, embedded_drafters, prompts, references):

@@ -5,7 +5,8 @@ from scipy.stats import chi2_contingency
 
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
-from tests.models.decoding.conftest import KINDS
+from dspark.models.decoding.verify_length import VerifyLengthPolicy
+from tests.models.decoding.conftest import POLICIES
 
 SAMPLES = 2000
 LENGTH = 3
@@ -21,11 +22,11 @@ def target_samples(target, prompt, params, seed):
     return out[:, len(prompt):]
 
 
-def speculative_samples(target, drafter, prompt, params, seed):
+def speculative_samples(target, drafter, prompt, params, seed, policy):
     gen = torch.Generator().manual_seed(seed)
     outputs = []
     for _ in range(SAMPLES // 1000):
-        outputs += SpeculativeDecoder(target, drafter).generate(
+        outputs += SpeculativeDecoder(target, drafter, policy).generate(
             [prompt] * 1000, GenerationConfig(max_new_tokens=LENGTH, sampling=params), gen)
     return torch.tensor([g.token_ids for g in outputs]), outputs
 
@@ -39,12 +40,18 @@ def same_distribution_pvalue(a: torch.Tensor, b: torch.Tensor) -> float:
     return chi2_contingency(table.numpy()).pvalue
 
 
-@pytest.mark.parametrize("kind,params", [("dspark", SamplingParams(1.0)), ("eagle3", SamplingParams(1.0)),
-                                         ("dflash", SamplingParams(1.0, top_k=20, top_p=0.9))])
-def test_speculative_sampling_matches_target_sampling(kind, params, embedded_target, embedded_drafters, prompts):
+@pytest.mark.parametrize("kind,params,policy", [
+    ("dspark", SamplingParams(1.0), "fixed"), ("eagle3", SamplingParams(1.0), "fixed"),
+    ("dflash", SamplingParams(1.0, top_k=20, top_p=0.9), "fixed"),
+    ("dspark", SamplingParams(1.0), "causal"), ("dspark", SamplingParams(1.0), "lagged"),
+])
+def test_speculative_sampling_matches_target_sampling(kind, params, policy, embedded_target, embedded_drafters,
+                                                      prompts):
     prompt = prompts[1]
     reference = target_samples(embedded_target, prompt, params, seed=1)
-    speculative, outputs = speculative_samples(embedded_target, embedded_drafters[kind], prompt, params, seed=2)
+    chosen = POLICIES[policy][0] if policy in POLICIES else VerifyLengthPolicy()
+    speculative, outputs = speculative_samples(embedded_target, embedded_drafters[kind], prompt, params, seed=2,
+                                               policy=chosen)
     assert sum(r.accepted for g in outputs for r in g.rounds) > SAMPLES // 10, "drafts must be accepted often"
     assert any(r.accepted < r.verify_len for g in outputs for r in g.rounds), "and rejected sometimes"
     for position in range(LENGTH):
