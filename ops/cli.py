@@ -13,7 +13,8 @@ import sys
 from dspark.models.errors import DsparkError
 
 # Subcommand modules, in the order `dspark --help` lists them.
-COMMANDS = ("embedded_target", "train", "check", "provide_target", "generate", "eval", "calibrate", "demo", "bench")
+COMMANDS = ("embedded_target", "train", "check", "provide_target", "generate", "eval", "calibrate", "profile_sps",
+            "demo", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

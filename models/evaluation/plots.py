@@ -62,3 +62,19 @@ def save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_sps(records: list, path: Path, title: str) -> Path:
+    """records: dspark.models.decoding.sps_profile probes; steps/s and tokens/s against the verify batch size."""
+    tokens = [r["batch_tokens"] for r in records]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    axes[0].step(tokens, [1 / r["median_s"] for r in records], where="post", marker="o")
+    axes[0].set_ylabel("target forwards per second, SPS(B)")
+    axes[1].plot(tokens, [b / r["median_s"] for b, r in zip(tokens, records)], marker="o")
+    axes[1].set_ylabel("tokens per second, B * SPS(B)")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("verify batch size B (tokens)")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    return save(fig, path)

@@ -87,11 +87,28 @@ def test_calibrate_writes_sglang_json_and_reports_ece(prompts_file, tmp_path, ca
     (["eval", "--drafter", str(EMBEDDED / "dspark"), "--datasets", "/nonexistent.jsonl"], "does not exist"),
     (["calibrate", "--drafter", str(EMBEDDED / "dflash"), "--prompts-file", "PROMPTS", "--out", "/tmp/x.json"],
      "has no confidence head"),
+    (["generate", "--drafter", str(EMBEDDED / "dspark"), "--prompt", "x", "--policy", "causal"], "needs an SPS table"),
+    (["generate", "--drafter", str(EMBEDDED / "dspark"), "--prompt", "x", "--policy", "lagged", "--sps-table",
+      "/nonexistent/sps.json"], "/nonexistent/sps.json does not exist"),
+    (["generate", "--drafter", str(EMBEDDED / "dflash"), "--prompt", "x", "--policy", "threshold", "--threshold",
+      "0.5"], "threshold policy needs confidences"),
 ])
 def test_bad_input_is_one_clear_error(argv, message, prompts_file, capsys):
     argv = [str(prompts_file) if a == "PROMPTS" else a for a in argv]
     assert main([argv[0], *MODELS, *argv[1:]]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_generate_with_a_profiled_sps_table_and_the_causal_policy(tmp_path, capsys):
+    table = tmp_path / "sps.json"
+    assert main(["profile-sps", *MODELS, "--out", str(table), "--batch-tokens", "1", "6", "12", "--repeats", "1",
+                 "--context-len", "8"]) == 0
+    out = tmp_path / "gen.json"
+    for policy in ("causal", "lagged"):
+        assert main(["generate", *MODELS, "--drafter", str(EMBEDDED / "dspark"), "--prompt", "def fib(n):",
+                     "--max-new-tokens", "16", "--policy", policy, "--sps-table", str(table), "--json", str(out)]) == 0
+        sample = json.loads(out.read_text())["samples"][0]
+        assert len(sample["token_ids"]) == 16 and all(0 <= r["verify_len"] <= 5 for r in sample["rounds"])
 
 
 def test_drafter_for_another_target_is_refused(tiny_target, tmp_path, capsys):

@@ -1,0 +1,80 @@
+"""Measure the target's SPS curve on this machine: verify forwards per second against the batch size in tokens.
+
+A probe of B tokens is a verify forward shaped as the engine sends it: R = max(1, round(B / tokens_per_request))
+requests (SGLang's profiler also sweeps requests x draft tokens), each with `context_len` committed tokens in the
+KV cache and B tokens spread over them, through the engine's own TargetRunner (ragged mask, holes). The new slots
+are dropped after each forward, so every repeat sees the same cache. After `warmup` untimed forwards the median
+of `repeats` timed ones gives SPS(B) = 1 / median seconds. The result is an SpsTable (kernels/sps.py), the
+schema SGLang reads, plus the raw timings for the plot.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Sequence
+
+import torch
+from tqdm import tqdm
+
+from dspark.kernels.sps import SpsTable
+from dspark.models.decoding.target import TargetRunner
+from dspark.models.errors import ConfigError
+
+DEFAULT_BATCH_TOKENS = (1, 2, 4, 7, 8, 14, 16, 28, 32, 48, 64, 96, 128, 192, 256)
+
+
+def probe_shape(batch_tokens: int, tokens_per_request: int) -> torch.Tensor:
+    """New tokens per request for one probe: [R] long summing to batch_tokens, as even as possible."""
+    requests = max(1, round(batch_tokens / tokens_per_request))
+    counts = torch.full((requests,), batch_tokens // requests, dtype=torch.long)
+    counts[: batch_tokens % requests] += 1
+    return counts
+
+
+@torch.no_grad()
+def time_probe(model: torch.nn.Module, counts: torch.Tensor, context_len: int, warmup: int, repeats: int,
+               generator: torch.Generator) -> list[float]:
+    """Seconds per verify forward for requests with `counts` new tokens each over `context_len` cached tokens."""
+    runner = TargetRunner(model, len(counts))
+    vocab = model.config.vocab_size
+    context = torch.randint(vocab, (len(counts), context_len), generator=generator).to(runner.device)
+    runner.forward(context, torch.ones_like(context, dtype=torch.bool))
+    runner.commit(torch.ones_like(context, dtype=torch.bool))
+    width = int(counts.max())
+    tokens = torch.randint(vocab, (len(counts), width), generator=generator).to(runner.device)
+    new_valid = (torch.arange(width) < counts[:, None]).to(runner.device)
+    timings = []
+    for i in range(warmup + repeats):
+        synchronize(runner.device)
+        start = time.perf_counter()
+        runner.forward(tokens, new_valid)
+        synchronize(runner.device)
+        if i >= warmup:
+            timings.append(time.perf_counter() - start)
+        runner.commit(torch.zeros_like(new_valid))  # drop the probe's slots: the next repeat sees the same cache
+    return timings
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def profile_sps(model: torch.nn.Module, batch_tokens: Sequence[int] = DEFAULT_BATCH_TOKENS, *,
+                tokens_per_request: int = 7, context_len: int = 128, warmup: int = 2, repeats: int = 5,
+                seed: int = 0, progress: bool = True) -> tuple[SpsTable, list[dict]]:
+    """(the SPS table, one record per probe: batch_tokens, requests, median/min/max seconds)."""
+    if not batch_tokens or min(batch_tokens) < 1 or len(set(batch_tokens)) != len(batch_tokens):
+        raise ConfigError(f"--batch-tokens must be distinct positive sizes, got {list(batch_tokens)}")
+    if tokens_per_request < 1 or context_len < 1 or warmup < 0 or repeats < 1:
+        raise ConfigError(f"need tokens_per_request >= 1, context_len >= 1, warmup >= 0, repeats >= 1; got "
+                          f"{tokens_per_request}, {context_len}, {warmup}, {repeats}")
+    generator = torch.Generator().manual_seed(seed)
+    records = []
+    for b in tqdm(sorted(batch_tokens), desc="profiling SPS", unit="probe", disable=not progress):
+        counts = probe_shape(b, tokens_per_request)
+        timings = time_probe(model, counts, context_len, warmup, repeats, generator)
+        records.append({"batch_tokens": b, "requests": len(counts), "median_s": statistics.median(timings),
+                        "min_s": min(timings), "max_s": max(timings)})
+    table = SpsTable.from_probes({r["batch_tokens"]: 1.0 / r["median_s"] for r in records})
+    return table, records

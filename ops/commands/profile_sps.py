@@ -1,0 +1,53 @@
+"""`dspark profile-sps`: measure the target's verify cost curve and write the SPS table the allocator uses.
+
+    dspark profile-sps --target DIR --out sps.json [--batch-tokens 1 2 4 ...] [--device cuda]
+
+Writes the table in SGLang 0.5.23's SpsCostTable schema (kernels/sps.py), so the same file feeds
+`dspark generate/eval --policy causal|lagged --sps-table` and SGLang's --speculative-dspark-sps-table-path,
+and a plot of steps/s and tokens/s against the batch size next to it (.png).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from dspark.models.decoding.loading import load_target
+from dspark.models.decoding.sps_profile import DEFAULT_BATCH_TOKENS, profile_sps
+from dspark.models.errors import ConfigError
+from dspark.models.evaluation.plots import plot_sps
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("profile-sps", help="measure target forwards/s per verify batch size",
+                                   description=__doc__.splitlines()[0])
+    parser.add_argument("--target", type=Path, required=True, help="transformers model directory of the target")
+    parser.add_argument("--out", type=Path, required=True, help="SPS table JSON to write (plot: same name, .png)")
+    parser.add_argument("--batch-tokens", type=int, nargs="+", default=list(DEFAULT_BATCH_TOKENS),
+                        help="probe sizes: tokens per verify forward")
+    parser.add_argument("--tokens-per-request", type=int, default=7, help="gamma + 1: how probes split into requests")
+    parser.add_argument("--context-len", type=int, default=128, help="cached tokens per request")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
+    target = load_target(args.target, args.device)
+    table, records = profile_sps(target.model, args.batch_tokens, tokens_per_request=args.tokens_per_request,
+                                 context_len=args.context_len, warmup=args.warmup, repeats=args.repeats)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    table.save(args.out)
+    print("batch tokens  requests  ms/forward  steps/s  tokens/s")
+    for r in records:
+        print(f"{r['batch_tokens']:>12}  {r['requests']:>8}  {r['median_s'] * 1e3:>10.1f}  "
+              f"{1 / r['median_s']:>7.2f}  {r['batch_tokens'] / r['median_s']:>8.1f}")
+    plot = plot_sps(records, args.out.with_suffix(".png"), f"{args.target.name}: verify cost on {args.device}")
+    print(f"wrote {args.out} and {plot}")
+    return 0
