@@ -9,21 +9,24 @@
               commit   the n drafts and the new token; the target keeps their KV, the drafter their features;
                        a request stops at EOS (even mid-block) or after max_new_tokens
 With no drafter every round verifies only the anchor: plain autoregressive decoding through the same code,
-which is the no-speculation baseline.
+which is the no-speculation baseline. With max_running, requests are continuously batched: a finished request
+leaves the batch and a waiting one is prefilled and joins it (Batch.keep / Batch.merge).
 
 RNG contract: every random draw (first token, drafts, acceptance, residual) uses the caller's generator.
 """
+import time
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from dspark.kernels import warping
 from dspark.kernels.verification import Verdict, verify_greedy, verify_sampled
 from dspark.kernels.warping import GREEDY, SamplingParams
 from dspark.models.decoding.target import TargetRunner
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
-from dspark.models.drafters.base import DraftBlock, Drafter
+from dspark.models.drafters.base import DraftBlock, Drafter, DraftState
 from dspark.models.errors import ConfigError
 
 
@@ -54,6 +57,8 @@ class Generation:
     token_ids: List[int] = field(default_factory=list)
     rounds: List[Round] = field(default_factory=list)
     finish_reason: str = ""  # "eos" or "length"
+    admitted_s: float = 0.0  # seconds after generate() began: when the prefill ran
+    finished_s: float = 0.0  # ... and when the last token was committed
 
     @property
     def target_forwards(self) -> int:
@@ -70,42 +75,61 @@ class SpeculativeDecoder:
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], config: GenerationConfig,
-                 generator: Optional[torch.Generator] = None) -> List[Generation]:
+                 generator: Optional[torch.Generator] = None, max_running: Optional[int] = None) -> List[Generation]:
+        """Decode every prompt. max_running=None: all prompts form one batch; an int: continuous batching, at
+        most that many requests run together and a waiting prompt joins as soon as a running one finishes."""
         check_prompts(prompts)
+        if max_running is not None and max_running < 1:
+            raise ConfigError(f"max_running must be >= 1, got {max_running}")
         results = [Generation(prompt_ids=list(p)) for p in prompts]
+        waiting = list(range(len(prompts)))
+        limit = max_running or len(prompts)
+        batch: Optional[Batch] = None
+        start = time.perf_counter()
+        while waiting or batch is not None:
+            running = len(batch.rows) if batch is not None else 0
+            if waiting and running < limit:
+                joined, waiting = waiting[: limit - running], waiting[limit - running:]
+                batch = self.admit(batch, joined, results, config, generator, start)
+            if batch is not None:
+                batch = self.round(batch, results, config, generator, start)
+        return results
+
+    def admit(self, batch: Optional["Batch"], joined: List[int], results, config, generator, start) -> Optional["Batch"]:
+        """Prefill the joining requests (their first token comes from it) and add the unfinished ones."""
         taps = self.drafter.config.target_layer_ids if self.drafter is not None else ()
-        target = TargetRunner(self.target, len(prompts), taps)
-        tokens, valid = left_padded(prompts, target.device)
+        target = TargetRunner(self.target, len(joined), taps)
+        tokens, valid = left_padded([results[r].prompt_ids for r in joined], target.device)
         step = target.forward(tokens, valid)
         target.commit(valid)
         anchor = warping.sample(step.logits[:, -1], config.sampling, generator)
-        rows = list(range(len(prompts)))  # batch row -> index into results
-        keep = self.emit(results, rows, [[t] for t in anchor.tolist()], config)
-        state = self.drafter.init_state(len(prompts), target.device) if self.drafter is not None else None
-        context = right_aligned(step.features, tokens, valid) if self.drafter is not None else None
-        lagged = None  # last round's confidences per row, for the lagged policy
-        while keep:
-            if len(keep) < len(rows):  # drop finished requests (copies every cache, so only when needed)
-                index = torch.tensor(keep, device=target.device)
-                rows, anchor = [rows[i] for i in keep], anchor[index]
-                target.select(index)
-                lagged = lagged[index] if lagged is not None else None
-                if state is not None:
-                    state.select(index)
-                    context = tuple(t[index] for t in context)
-            block = self.draft(state, context, anchor, config.sampling, generator)
-            lengths, lagged = self.verify_lengths(block, results, rows, config, lagged)
-            width = int(lengths.max()) + 1
-            draft_tokens = block.tokens[:, : width - 1] if block is not None else anchor.new_zeros(len(rows), 0)
-            tokens = torch.cat([anchor.unsqueeze(1), draft_tokens], dim=1)
-            slots = torch.arange(width, device=target.device)
-            step = target.forward(tokens, slots <= lengths.unsqueeze(1))
-            verdict = accept(step.logits, block, draft_tokens, lengths, config.sampling, generator)
-            target.commit(slots <= verdict.accepted.unsqueeze(1))
-            context = (step.features, tokens, verdict.accepted + 1) if state is not None else None
-            anchor = verdict.next_token
-            keep = self.record(results, rows, block, lengths, verdict, draft_tokens, config)
-        return results
+        for r in joined:
+            results[r].admitted_s = time.perf_counter() - start
+        new = Batch(joined, anchor, target)
+        if self.drafter is not None:
+            new.state = self.drafter.init_state(len(joined), target.device)
+            new.context = right_aligned(step.features, tokens, valid)
+        new = new.keep(self.emit(results, joined, [[t] for t in anchor.tolist()], config, start))
+        if batch is None or new is None:
+            return batch or new
+        batch.merge(new)
+        return batch
+
+    def round(self, batch: "Batch", results, config, generator, start) -> Optional["Batch"]:
+        """One draft -> allocate -> verify -> commit round; returns the batch without the requests it finished."""
+        block = self.draft(batch.state, batch.context, batch.anchor, config.sampling, generator)
+        lengths, batch.lagged = self.verify_lengths(block, results, batch.rows, config, batch.lagged)
+        width = int(lengths.max()) + 1
+        anchor = batch.anchor
+        draft_tokens = block.tokens[:, : width - 1] if block is not None else anchor.new_zeros(len(anchor), 0)
+        tokens = torch.cat([anchor.unsqueeze(1), draft_tokens], dim=1)
+        slots = torch.arange(width, device=anchor.device)
+        step = batch.target.forward(tokens, slots <= lengths.unsqueeze(1))
+        verdict = accept(step.logits, block, draft_tokens, lengths, config.sampling, generator)
+        batch.target.commit(slots <= verdict.accepted.unsqueeze(1))
+        batch.context = (step.features, tokens, verdict.accepted + 1) if batch.state is not None else None
+        batch.anchor = verdict.next_token
+        return batch.keep(self.record(results, batch.rows, block, lengths, verdict, draft_tokens, config, start))
 
     def draft(self, state, context, anchor, sampling, generator) -> Optional[DraftBlock]:
         if self.drafter is None:
@@ -125,21 +149,21 @@ class SpeculativeDecoder:
         remaining = torch.tensor([config.max_new_tokens - len(results[r].token_ids) - 1 for r in rows])
         return self.policy.lengths(confidence, lagged, remaining.to(block.tokens.device)), confidence
 
-    def record(self, results, rows, block, lengths, verdict: Verdict, draft_tokens, config) -> List[int]:
+    def record(self, results, rows, block, lengths, verdict: Verdict, draft_tokens, config, start) -> List[int]:
         """Append each request's round and committed tokens; returns the batch rows still running."""
         accepted, next_token = verdict.accepted.tolist(), verdict.next_token.tolist()
         confidence = block.confidence_logits.float().tolist() if block is not None and \
             block.confidence_logits is not None else [None] * len(rows)
         committed = [draft_tokens[i, :n].tolist() + [t] for i, (n, t) in enumerate(zip(accepted, next_token))]
         before = [len(results[r].token_ids) for r in rows]
-        keep = self.emit(results, rows, committed, config)
+        keep = self.emit(results, rows, committed, config, start)
         for i, r in enumerate(rows):
             emitted = len(results[r].token_ids) - before[i]
             results[r].rounds.append(Round(int(lengths[i]), accepted[i], emitted, confidence[i]))
         return keep
 
     @staticmethod
-    def emit(results, rows, committed: List[List[int]], config: GenerationConfig) -> List[int]:
+    def emit(results, rows, committed: List[List[int]], config: GenerationConfig, start: float) -> List[int]:
         """Append committed tokens, cut at the first EOS and at max_new_tokens; returns rows still running."""
         keep = []
         for i, (r, new_tokens) in enumerate(zip(rows, committed)):
@@ -154,7 +178,55 @@ class SpeculativeDecoder:
                     break
             if not out.finish_reason:
                 keep.append(i)
+            else:
+                out.finished_s = time.perf_counter() - start
         return keep
+
+
+@dataclass
+class Batch:
+    """The running requests: batch row i decodes results[rows[i]]; each tensor has one row per request."""
+
+    rows: List[int]
+    anchor: torch.Tensor  # [bs] long, the last committed token (verified first next round)
+    target: TargetRunner
+    state: Optional[DraftState] = None  # the drafter's cache
+    context: Optional[tuple] = None  # (features, tokens, lengths) of the last committed positions, for the drafter
+    lagged: Optional[torch.Tensor] = None  # [bs, gamma] last round's confidences (lagged policy)
+
+    def keep(self, keep: List[int]) -> Optional["Batch"]:
+        """Keep the rows in `keep` (copies every cache, so only when a request finished); None when empty."""
+        if not keep:
+            return None
+        if len(keep) < len(self.rows):
+            index = torch.tensor(keep, device=self.anchor.device)
+            self.rows, self.anchor = [self.rows[i] for i in keep], self.anchor[index]
+            self.target.select(index)
+            self.lagged = self.lagged[index] if self.lagged is not None else None
+            if self.state is not None:
+                self.state.select(index)
+                self.context = tuple(t[index] for t in self.context)
+        return self
+
+    def merge(self, other: "Batch") -> None:
+        """Append other's requests (just prefilled) as new rows."""
+        self.target.merge(other.target)
+        if self.state is not None:
+            self.state.merge(other.state)
+            self.context = tuple(cat_rows(a, b) for a, b in zip(self.context, other.context))
+        if self.lagged is not None:  # the newcomers have no earlier round yet
+            self.lagged = torch.cat([self.lagged, self.lagged.new_full((len(other.rows), self.lagged.shape[1]),
+                                                                       float("nan"))])
+        self.rows, self.anchor = self.rows + other.rows, torch.cat([self.anchor, other.anchor])
+
+
+def cat_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Concatenate along the batch dim, right-padding dim 1 (positions) of [bs, n, ...] tensors to the wider."""
+    if a.dim() == 1:
+        return torch.cat([a, b])
+    width = max(a.shape[1], b.shape[1])
+    pad = lambda t: F.pad(t, [0, 0] * (t.dim() - 2) + [0, width - t.shape[1]])  # noqa: E731
+    return torch.cat([pad(a), pad(b)])
 
 
 def accept(target_logits: torch.Tensor, block: Optional[DraftBlock], draft_tokens: torch.Tensor,

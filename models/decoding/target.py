@@ -10,7 +10,8 @@ so no row of the mask is empty. Position ids count each row's valid slots, so ho
 
 Holes cost memory and attention work, not correctness. Trailing slots that are holes in every row are cropped
 after each commit (so batch 1 never keeps a hole), and the cache is compacted (each row's valid slots gathered,
-right-aligned) when holes exceed half of it.
+right-aligned) when holes exceed half of it. `select` drops rows; `merge` adds rows prefilled in another runner
+(continuous batching), padding the shorter cache with hole slots.
 
 Target features (the tapped layer outputs the drafter conditions on) are captured during the same forwards.
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
+import torch.nn.functional as F
 from transformers import DynamicCache
 
 from dspark.models.target_features import LayerTap
@@ -88,6 +90,20 @@ class TargetRunner:
         for layer in self.cache.layers:
             index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
             layer.keys, layer.values = layer.keys.gather(2, index), layer.values.gather(2, index)
+
+    def merge(self, other: "TargetRunner") -> None:
+        """Append other's rows (requests prefilled separately) to this batch; the shorter cache gets hole
+        slots on the left so both have the same slots."""
+        width = max(self.valid.shape[1], other.valid.shape[1])
+        for runner in (self, other):
+            extra = width - runner.valid.shape[1]
+            if extra:
+                runner.valid = torch.cat([runner.valid.new_zeros(runner.valid.shape[0], extra), runner.valid], dim=1)
+                for layer in runner.cache.layers:
+                    layer.keys, layer.values = (F.pad(t, (0, 0, extra, 0)) for t in (layer.keys, layer.values))
+        for mine, theirs in zip(self.cache.layers, other.cache.layers):
+            mine.keys, mine.values = torch.cat([mine.keys, theirs.keys]), torch.cat([mine.values, theirs.values])
+        self.valid, self.lengths = torch.cat([self.valid, other.valid]), torch.cat([self.lengths, other.lengths])
 
     def select(self, index: torch.Tensor) -> None:
         """Keep (and reorder to) the rows in index [new_bs] long."""

@@ -74,6 +74,11 @@ class DraftState:
         self.cache.select(index)
         self.committed = self.committed[index]
 
+    def merge(self, other: "DraftState") -> None:
+        """Append other's requests (prefilled separately) as new rows."""
+        self.cache.merge(other.cache)
+        self.committed = torch.cat([self.committed, other.committed])
+
 
 class Drafter(nn.Module, ABC):
     """Shared by DSpark, DFlash and Eagle3: a frozen copy of the target's embedding and lm_head, and `propose`."""

@@ -7,7 +7,7 @@ training, in our decoding engine and in SGLang.
 `RaggedKVCache` holds per-layer keys/values for a batch whose requests have different lengths: one padded
 tensor per layer [bs, kv_heads, capacity, head_dim] plus `lengths [bs]`. Entry j of request b is valid iff
 j < lengths[b]; writes land at lengths[b] + i for i < new_lengths[b]; `crop` forgets a suffix (used to drop
-scratch entries after verification). Capacity doubles on demand. Padded slots hold finite values, so a
+scratch entries after verification); `select` and `merge` drop and add requests. Capacity doubles on demand. Padded slots hold finite values, so a
 masked softmax over them never produces NaN.
 """
 from typing import List, Tuple
@@ -134,6 +134,14 @@ class RaggedKVCache:
         self.keys = [k[index] for k in self.keys]
         self.values = [v[index] for v in self.values]
         self.lengths = self.lengths[index]
+
+    def merge(self, other: "RaggedKVCache") -> None:
+        """Append other's requests as new rows (continuous batching: requests joining a running batch)."""
+        self._reserve(other.capacity)
+        other._reserve(self.capacity)
+        self.keys = [torch.cat([a, b]) for a, b in zip(self.keys, other.keys)]
+        self.values = [torch.cat([a, b]) for a, b in zip(self.values, other.values)]
+        self.lengths = torch.cat([self.lengths, other.lengths])
 
     def _reserve(self, needed: int) -> None:
         if needed <= self.capacity:

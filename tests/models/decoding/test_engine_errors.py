@@ -12,6 +12,7 @@ from dspark.models.errors import ConfigError
     (lambda: SamplingParams(temperature=-1), "temperature must be >= 0"),
     (lambda: SamplingParams(1.0, top_p=0), "top_p must lie in"),
     (lambda: SamplingParams(1.0, top_k=-2), "top_k must be >= 0"),
+    (lambda: SpeculativeDecoder(None).generate([[1]], GenerationConfig(), max_running=0), "max_running must be >= 1"),
     (lambda: VerifyLengthPolicy("threshold", threshold=1.5), r"threshold in \[0, 1\], got 1.5"),
     (lambda: VerifyLengthPolicy("causal"), "needs an SPS table"),
     (lambda: VerifyLengthPolicy("fixed", length=-1), "fixed verify length must be >= 0"),

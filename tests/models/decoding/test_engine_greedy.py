@@ -80,3 +80,15 @@ def test_max_new_tokens_one_returns_the_prefill_token(embedded_target, embedded_
         prompts, GenerationConfig(max_new_tokens=1))
     assert [g.token_ids for g in outputs] == [ref[:1] for ref in references]
     assert all(not g.rounds for g in outputs)
+
+
+@pytest.mark.parametrize("kind", KINDS + (None,))
+def test_continuous_batching_is_exact(kind, embedded_target, embedded_drafters, prompts, references):
+    """At most 3 requests run together; the others join as requests finish, into caches of other lengths."""
+    policy = POLICIES["lagged"][0] if kind == "dspark" else POLICIES["fixed-2"][0]
+    decoder = SpeculativeDecoder(embedded_target, embedded_drafters.get(kind), policy)
+    outputs = decoder.generate(prompts, GenerationConfig(max_new_tokens=MAX_NEW), max_running=3)
+    assert [g.token_ids for g in outputs] == references
+    admitted = sorted(g.admitted_s for g in outputs)
+    assert admitted[3] >= min(g.finished_s for g in outputs), "the 4th request waits for a free slot"
+    assert all(g.admitted_s < g.finished_s for g in outputs)
