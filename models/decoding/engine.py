@@ -51,6 +51,17 @@ class Round:
     confidence_logits: Optional[List[float]]  # raw c_1..c_gamma (before STS); None without a confidence head
 
 
+@dataclass(frozen=True)
+class BatchRound:
+    """One round of the whole batch, timed (SpeculativeDecoder.generate's trace)."""
+
+    requests: int
+    verify_tokens: int  # B = sum over requests of (1 + k)
+    committed: int  # sum of (n + 1): accepted drafts plus the correction/bonus, before EOS/max_new_tokens cuts
+    draft_s: float  # drafting and allocation
+    verify_s: float  # the target forward, acceptance and commit
+
+
 @dataclass
 class Generation:
     prompt_ids: List[int]
@@ -75,9 +86,11 @@ class SpeculativeDecoder:
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], config: GenerationConfig,
-                 generator: Optional[torch.Generator] = None, max_running: Optional[int] = None) -> List[Generation]:
+                 generator: Optional[torch.Generator] = None, max_running: Optional[int] = None,
+                 trace: Optional[List["BatchRound"]] = None) -> List[Generation]:
         """Decode every prompt. max_running=None: all prompts form one batch; an int: continuous batching, at
-        most that many requests run together and a waiting prompt joins as soon as a running one finishes."""
+        most that many requests run together and a waiting prompt joins as soon as a running one finishes.
+        trace: a list that receives one BatchRound per round (for scheduling benchmarks)."""
         check_prompts(prompts)
         if max_running is not None and max_running < 1:
             raise ConfigError(f"max_running must be >= 1, got {max_running}")
@@ -92,7 +105,7 @@ class SpeculativeDecoder:
                 joined, waiting = waiting[: limit - running], waiting[limit - running:]
                 batch = self.admit(batch, joined, results, config, generator, start)
             if batch is not None:
-                batch = self.round(batch, results, config, generator, start)
+                batch = self.round(batch, results, config, generator, start, trace)
         return results
 
     def admit(self, batch: Optional["Batch"], joined: List[int], results, config, generator, start) -> Optional["Batch"]:
@@ -115,10 +128,12 @@ class SpeculativeDecoder:
         batch.merge(new)
         return batch
 
-    def round(self, batch: "Batch", results, config, generator, start) -> Optional["Batch"]:
+    def round(self, batch: "Batch", results, config, generator, start, trace) -> Optional["Batch"]:
         """One draft -> allocate -> verify -> commit round; returns the batch without the requests it finished."""
+        began = time.perf_counter()
         block = self.draft(batch.state, batch.context, batch.anchor, config.sampling, generator)
         lengths, batch.lagged = self.verify_lengths(block, results, batch.rows, config, batch.lagged)
+        drafted = time.perf_counter()
         width = int(lengths.max()) + 1
         anchor = batch.anchor
         draft_tokens = block.tokens[:, : width - 1] if block is not None else anchor.new_zeros(len(anchor), 0)
@@ -129,6 +144,10 @@ class SpeculativeDecoder:
         batch.target.commit(slots <= verdict.accepted.unsqueeze(1))
         batch.context = (step.features, tokens, verdict.accepted + 1) if batch.state is not None else None
         batch.anchor = verdict.next_token
+        if trace is not None:
+            trace.append(BatchRound(len(batch.rows), int(lengths.sum()) + len(batch.rows),
+                                    int(verdict.accepted.sum()) + len(batch.rows), drafted - began,
+                                    time.perf_counter() - drafted))
         return batch.keep(self.record(results, batch.rows, block, lengths, verdict, draft_tokens, config, start))
 
     def draft(self, state, context, anchor, sampling, generator) -> Optional[DraftBlock]:

@@ -78,3 +78,27 @@ def plot_sps(records: list, path: Path, title: str) -> Path:
         ax.grid(alpha=0.3)
     fig.suptitle(title)
     return save(fig, path)
+
+
+def plot_load(measured: list, simulated: list, path: Path, title: str) -> Path:
+    """Goodput, verify budget and per-request speed against concurrency, one colour per policy: measured runs
+    solid with markers, the simulator dashed (paper Fig. 8)."""
+    panels = (("goodput_tok_s", "goodput (committed tokens/s)"), ("verify_budget", "drafts verified per request"),
+              ("request_tok_s", "per-request tokens/s"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5))
+    policies = list(dict.fromkeys(r["policy"] for r in measured))
+    colours = dict(zip(policies, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 2))
+    for ax, (key, label) in zip(axes, panels):
+        for policy in policies:
+            for rows, style, suffix in ((measured, dict(marker="o"), ""), (simulated, dict(ls="--"), " (simulation)")):
+                points = sorted((r["concurrency"], r[key]) for r in rows if r["policy"] == policy)
+                if points:
+                    ax.plot(*zip(*points), color=colours[policy], label=policy + suffix, **style)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency (requests running together)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_yscale("log")
+    axes[0].legend(fontsize=7, ncol=2)
+    fig.suptitle(title + ("; dashed: simulation from the measured SPS curve and acceptance traces" if simulated else ""))
+    return save(fig, path)

@@ -1,0 +1,111 @@
+"""Throughput under load: continuous batching in the reference engine, one run per (policy, concurrency).
+
+At concurrency C the engine keeps at most C requests running (SpeculativeDecoder.generate(max_running=C));
+the run decodes max(min_requests, requests_per_slot * C) requests cycled from a fixed prompt set, so the batch
+stays full for most of it. Per run (all from the engine's own timings, BatchRound and Generation):
+
+  goodput            committed tokens / wall seconds of the whole run
+  verify_budget      mean drafts verified per request per round, sum(B - R) / sum(R)
+  tau                mean tokens committed per request per target forward, sum(n + 1) / sum(R)
+  request_tok_s      mean over requests of tokens / (finished - admitted): the per-user speed
+  admission_s        the rest of the wall time: prefills of joining requests and batch bookkeeping
+  rounds             per round [R, B, seconds]; with admission_s, the simulator's cost fit
+
+Rounds decoded with every draft verified (the `fixed` policy) also yield acceptance traces for the simulator:
+per request-round, the calibrated confidences c_1..c_gamma and n, the drafts accepted with all gamma verified.
+Verifying only l of them would have accepted min(n, l): the acceptance tests of the first l positions are the
+same tests.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from tqdm import tqdm
+
+from dspark.models.decoding.engine import BatchRound, GenerationConfig, SpeculativeDecoder
+from dspark.models.decoding.verify_length import VerifyLengthPolicy
+from dspark.models.drafters.base import Drafter
+from dspark.models.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    requests_per_slot: int = 2
+    min_requests: int = 16
+    config: GenerationConfig = GenerationConfig()
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.concurrency or min(self.concurrency) < 1:
+            raise ConfigError(f"concurrency levels must be >= 1, got {list(self.concurrency)}")
+        if self.requests_per_slot < 1 or self.min_requests < 1:
+            raise ConfigError("requests_per_slot and min_requests must be >= 1")
+
+    def requests(self, concurrency: int) -> int:
+        return max(self.min_requests, self.requests_per_slot * concurrency)
+
+
+@dataclass(frozen=True)
+class Traces:
+    """Per request-round acceptance traces of full-length verification (module docstring)."""
+
+    confidence: torch.Tensor  # [N, gamma] calibrated c_k
+    accepted: torch.Tensor  # [N] long, n with every draft verified
+
+
+def measure_level(decoder: SpeculativeDecoder, prompts: Sequence[List[int]], concurrency: int,
+                  settings: LoadSettings) -> tuple[dict, list]:
+    """One continuous-batching run: (metrics, the generations)."""
+    count = settings.requests(concurrency)
+    batch = [prompts[i % len(prompts)] for i in range(count)]
+    trace: List[BatchRound] = []
+    generator = torch.Generator().manual_seed(settings.seed)
+    began = time.perf_counter()
+    generations = decoder.generate(batch, settings.config, generator, max_running=concurrency, trace=trace)
+    wall = time.perf_counter() - began
+    tokens = sum(len(g.token_ids) for g in generations)
+    slots = sum(r.requests for r in trace)
+    metrics = {
+        "concurrency": concurrency, "requests": count, "tokens": tokens, "wall_s": wall,
+        "goodput_tok_s": tokens / wall,
+        "verify_budget": sum(r.verify_tokens - r.requests for r in trace) / max(slots, 1),
+        "tau": sum(r.committed for r in trace) / max(slots, 1),
+        "request_tok_s": sum(len(g.token_ids) / (g.finished_s - g.admitted_s) for g in generations) / count,
+        "admission_s": wall - sum(r.draft_s + r.verify_s for r in trace),
+        "rounds": [[r.requests, r.verify_tokens, r.draft_s + r.verify_s] for r in trace],
+    }
+    return metrics, generations
+
+
+def full_length_traces(generations, gamma: int, sts_temperatures: Optional[torch.Tensor]) -> Optional[Traces]:
+    """Traces from rounds that verified all gamma drafts (and carried confidences); None if there are none."""
+    rows = [(r.confidence_logits, r.accepted) for g in generations for r in g.rounds
+            if r.verify_len == gamma and r.confidence_logits is not None]
+    if not rows:
+        return None
+    logits = torch.tensor([row[0] for row in rows])
+    if sts_temperatures is not None:
+        logits = logits / sts_temperatures
+    return Traces(torch.sigmoid(logits), torch.tensor([row[1] for row in rows]))
+
+
+def measure_load(target: torch.nn.Module, drafter: Drafter, prompts: Sequence[List[int]],
+                 policies: Dict[str, VerifyLengthPolicy], settings: LoadSettings,
+                 sts_temperatures: Optional[torch.Tensor] = None) -> tuple[List[dict], Optional[Traces]]:
+    """Every policy at every concurrency, with a progress bar: (one metrics row per run, traces)."""
+    rows, traces = [], []
+    runs = [(name, c) for name in policies for c in settings.concurrency]
+    for name, concurrency in tqdm(runs, desc="bench-sched", unit="run"):
+        decoder = SpeculativeDecoder(target, drafter, policies[name], sts_temperatures)
+        metrics, generations = measure_level(decoder, prompts, concurrency, settings)
+        rows.append({"policy": name, **metrics})
+        if policies[name].name == "fixed" and policies[name].length is None:
+            traces.append(full_length_traces(generations, drafter.config.gamma, sts_temperatures))
+    traces = [t for t in traces if t is not None]
+    merged = Traces(torch.cat([t.confidence for t in traces]), torch.cat([t.accepted for t in traces])) \
+        if traces else None
+    return rows, merged

@@ -1,0 +1,88 @@
+"""A scheduling simulator: the throughput-vs-concurrency curves past what this machine can run (up to 1024).
+
+Driven only by measurements:
+- the SPS table (target verify forwards per second by batch tokens, `dspark profile-sps`);
+- the rest of a round's cost, a + b * R: drafting (every request's gamma slots, whatever the allocation),
+  acceptance and bookkeeping; least squares of (round seconds - 1 / SPS(B)) over the measured rounds of the
+  load benchmark;
+- admission (prefill) seconds per request, and the mean tokens a request generates, from the same runs;
+- acceptance traces (models/evaluation/scheduling.Traces): calibrated c_1..c_gamma and the accepted count n of
+  recorded rounds that verified every draft.
+
+Each simulated step, C request slots each draw a recorded round (iid, seeded); the policy allocates l per slot
+(lagged: from the slot's previous draw); a slot accepts min(n, l) drafts and commits that + 1 tokens; the step
+takes a + b * C + 1 / SPS(B) seconds with B = sum(1 + l), plus the admission cost of the requests its
+tokens complete (tokens / mean tokens per request * admission seconds). Past the largest probe B_L the SPS curve is extrapolated
+at constant tokens/s, SPS(B) = SPS(B_L) * B_L / B (compute-bound cost linear in B), and the allocator sees the
+same extended curve. Every output of this module is labelled "simulation".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from dspark.kernels.sps import SpsTable
+from dspark.models.decoding.verify_length import VerifyLengthPolicy
+from dspark.models.evaluation.scheduling import Traces
+
+SIMULATION = "simulation"
+
+
+@dataclass(frozen=True)
+class CostModel:
+    sps: SpsTable  # extended to the largest simulated batch
+    base_s: float  # a: per round
+    per_request_s: float  # b: per running request
+    admission_s: float  # per request, amortised over its tokens
+    tokens_per_request: float
+
+    def step_seconds(self, requests: int, batch_tokens: int) -> float:
+        forward = 1.0 / float(self.sps.lookup(torch.tensor([batch_tokens]))[0])
+        return self.base_s + self.per_request_s * requests + forward
+
+
+def fit_cost(measured: list, sps: SpsTable) -> CostModel:
+    """The cost model from measured load runs (scheduling.measure_level rows) on the measured SPS curve:
+    a, b by least squares of round seconds - 1/SPS(B) = a + b * R, both clamped at >= 0."""
+    data = torch.tensor([r for row in measured for r in row["rounds"]], dtype=torch.float64)
+    rest = data[:, 2] - 1.0 / sps.lookup(data[:, 1].long())
+    design = torch.stack([torch.ones_like(rest), data[:, 0]], dim=1)
+    a, b = torch.linalg.lstsq(design, rest.unsqueeze(1)).solution.flatten().tolist()
+    requests = sum(row["requests"] for row in measured)
+    return CostModel(sps, max(a, 0.0), max(b, 0.0), sum(row["admission_s"] for row in measured) / requests,
+                     sum(row["tokens"] for row in measured) / requests)
+
+
+def extend_sps(table: SpsTable, max_tokens: int) -> SpsTable:
+    """The table plus doubling probes up to max_tokens at the last probe's tokens/s (module docstring)."""
+    probes = dict(zip(table.sample_batch_tokens, table.sample_steps_per_sec))
+    last, rate = table.sample_batch_tokens[-1], table.sample_steps_per_sec[-1]
+    size = last
+    while size < max_tokens:
+        size = min(2 * size, max_tokens)
+        probes[size] = rate * last / size
+    return SpsTable.from_probes(probes, max(max_tokens, table.max_batch_tokens))
+
+
+def simulate(cost: CostModel, traces: Traces, policy: VerifyLengthPolicy, concurrency: int, steps: int = 200,
+             seed: int = 0) -> dict:
+    """Steady-state metrics of one policy at one concurrency, in the load benchmark's units."""
+    if policy.sps is not None:
+        policy = replace(policy, sps=cost.sps)
+    generator = torch.Generator().manual_seed(seed)
+    lagged = None
+    tokens = seconds = verified = 0.0
+    for _ in range(steps):
+        draw = torch.randint(len(traces.accepted), (concurrency,), generator=generator)
+        confidence = traces.confidence[draw]
+        lengths = policy.lengths(confidence, lagged, torch.full((concurrency,), confidence.shape[1]))
+        lagged = confidence
+        verified += float(lengths.sum())
+        committed = float((torch.minimum(traces.accepted[draw], lengths) + 1).sum())
+        tokens += committed
+        seconds += cost.step_seconds(concurrency, int(lengths.sum()) + concurrency)
+        seconds += committed / cost.tokens_per_request * cost.admission_s
+    slots = steps * concurrency
+    return {"concurrency": concurrency, "goodput_tok_s": tokens / seconds, "verify_budget": verified / slots,
+            "tau": tokens / slots, "request_tok_s": tokens / slots / (seconds / steps), "source": SIMULATION}
