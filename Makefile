@@ -4,7 +4,7 @@ export DSPARK_CACHE
 PY := $(DSPARK_CACHE)/venv/bin/python
 DSPARK := $(DSPARK_CACHE)/venv/bin/dspark
 
-.PHONY: setup test demo bench embedded-target drafters embedded-models
+.PHONY: setup test demo bench bench-sched embedded-target drafters embedded-models
 
 setup:
 	bash scripts/setup_env.sh
@@ -29,6 +29,12 @@ bench: setup
 		--drafters dspark=embedded/dspark dflash=embedded/dflash eagle3=embedded/eagle3
 	$(DSPARK) bench --target $(SMOLLM2) --name smollm2-135m-instruct $(BENCH_SETTINGS) --out bench/results/smollm2 \
 		--drafters dspark=embedded/smollm2-dspark dflash=embedded/smollm2-dflash eagle3=embedded/smollm2-eagle3
+
+# Allocation policies under load (issue 4): the embedded target saturates 2 cores inside concurrency 1..64.
+bench-sched: setup
+	$(DSPARK) bench-sched --target embedded/target --drafter embedded/dspark \
+		--prompts-file $(EVAL_PROMPTS)/humaneval.jsonl --limit 32 --concurrency 1 2 4 8 16 32 64 \
+		--simulate-to 1024 --max-new-tokens 48 --threads 2 --out bench/results/sched
 
 # Reproduce the committed embedded models (see the cards in embedded/*/README.md).
 embedded-models: embedded-target drafters
@@ -57,9 +63,9 @@ drafters: setup
 # and the same budget (48 optimizer steps of 4 sequences each). On the shared, loaded 2-core CPU: data ~55 min,
 # then 10-25 min per drafter. Interrupted? Run it again: every command resumes from its last checkpoint.
 SMOLLM2 := $(DSPARK_CACHE)/targets/smollm2-135m-instruct
-SMOLLM2_RECIPE := --target $(SMOLLM2) --data-source chat --num-samples 320 --prompt-len 128 --response-len 96 \
+SMOLLM2_RECIPE := --target $(SMOLLM2) --data-source chat --num-samples 960 --prompt-len 128 --response-len 96 \
 	--eval-samples 16 --data-cache $(DSPARK_CACHE)/train-data --block-size 6 --target-layer-ids 2 15 27 \
-	--mask-token-id 0 --batch-size 4 --n-anchors 64 --steps 48 --lr 3e-3 --checkpoint-every 10 \
+	--mask-token-id 0 --batch-size 4 --n-anchors 64 --steps 120 --lr 3e-3 --checkpoint-every 10 \
 	--log-every 5 --threads 2 --slim --resume
 .PHONY: smollm2-drafters
 smollm2-drafters: setup
