@@ -23,6 +23,12 @@ from dspark.models.errors import ConfigError
 DEFAULT_BATCH_TOKENS = (1, 2, 4, 7, 8, 14, 16, 28, 32, 48, 64, 96, 128, 192, 256)
 
 
+def probe_sizes(largest: int, tokens_per_request: int) -> list[int]:
+    """Powers of two up to `largest`, plus tokens_per_request (one full block) and `largest` itself."""
+    return sorted({1 << i for i in range(largest.bit_length()) if 1 << i <= largest}
+                  | {min(tokens_per_request, largest), largest})
+
+
 def probe_shape(batch_tokens: int, tokens_per_request: int) -> torch.Tensor:
     """New tokens per request for one probe: [R] long summing to batch_tokens, as even as possible."""
     requests = max(1, round(batch_tokens / tokens_per_request))

@@ -7,8 +7,10 @@ Two phases, both on the reference engine (models/decoding):
 1. tau: every drafter on the first --prompts prompts of every dataset (DeepSpec's shuffle), temperature 1,
    every draft verified, --max-new-tokens each; tau pooled over rounds, and its macro average over datasets.
 2. speed: --speed-prompts prompts (taken round-robin from the datasets) decoded greedily at each batch size,
-   by the target alone and with each drafter. Greedy makes every run emit the same tokens, so tokens/s compare
-   like for like; the output is checked to equal the target's own.
+   by the target alone and with each drafter verifying every draft; drafters with a confidence head run again
+   as "<kind>+causal", verification lengths from the causal allocator (Algorithm 1) on the SPS curve profiled
+   at start. Greedy makes every run emit the same tokens, so tokens/s compare like for like; the output is
+   checked to equal the target's own.
 Writes <out>/bench.json, bench.md (the tables) and plots: tau by dataset, acceptance by position, tokens/s.
 """
 from __future__ import annotations
@@ -26,11 +28,13 @@ import torch  # noqa: E402
 from dspark.kernels.warping import GREEDY, SamplingParams  # noqa: E402
 from dspark.models.decoding.engine import SpeculativeDecoder  # noqa: E402
 from dspark.models.decoding.loading import load_drafter_for, load_target  # noqa: E402
+from dspark.models.decoding.verify_length import VerifyLengthPolicy  # noqa: E402
 from dspark.models.errors import ConfigError  # noqa: E402
 from dspark.models.evaluation.acceptance import acceptance_summary  # noqa: E402
 from dspark.models.evaluation.datasets import encode_chat, load_prompts  # noqa: E402
 from dspark.models.evaluation.plots import plot_acceptance, save  # noqa: E402
 from dspark.models.evaluation.run import EvalSettings, decode_all, evaluate  # noqa: E402
+from dspark.ops.commands.decoding_args import startup_sps  # noqa: E402
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -102,11 +106,16 @@ def tau_phase(target, drafters: dict, encoded: dict, args) -> dict:
 
 def speed_phase(target, drafters: dict, encoded: dict, args) -> dict:
     mixed = [p for group in zip(*encoded.values()) for p in group][: args.speed_prompts]
+    aware = {k: d for k, d in drafters.items() if d.config.enable_confidence_head}
+    block = max((d.config.gamma + 1 for d in aware.values()), default=1)
+    sps = startup_sps(target.model, block, max(args.batch_sizes)) if aware else None
     results = {}
     for batch_size in args.batch_sizes:
         settings = EvalSettings(args.speed_tokens, GREEDY, batch_size, args.seed, baseline=False)
         runs = {"none": SpeculativeDecoder(target.model)} | {k: SpeculativeDecoder(target.model, d)
                                                               for k, d in drafters.items()}
+        runs |= {f"{k}+causal": SpeculativeDecoder(target.model, d, VerifyLengthPolicy("causal", sps=sps))
+                 for k, d in aware.items()}
         row, reference = {}, None
         for kind, decoder in runs.items():
             generations, wall = decode_all(decoder, mixed, settings, target.eos_token_ids, f"speed bs{batch_size} {kind}")
@@ -115,7 +124,7 @@ def speed_phase(target, drafters: dict, encoded: dict, args) -> dict:
             row[kind] = {"tokens_per_s": sum(map(len, tokens)) / wall, "wall_s": wall,
                          "identical_to_target": tokens == reference,
                          "tau": acceptance_summary(generations, gamma=0)["tau"]}
-        for kind in drafters:
+        for kind in runs:
             row[kind]["speedup"] = row[kind]["tokens_per_s"] / row["none"]["tokens_per_s"]
         results[str(batch_size)] = row
     return results
@@ -129,10 +138,11 @@ def tables(report: dict) -> str:
     for kind, result in tau.items():
         cells = [f"{result['datasets'][n]['tau']:.3f}" for n in names]
         lines.append(f"| {kind} | " + " | ".join(cells) + f" | **{result['macro_tau']:.3f}** |")
+    runs = [k for k in next(iter(speed.values())) if k != "none"]
     lines += ["", f"### {report['target']}: greedy tokens/s (speedup over no speculation)", "",
-              "| batch | none | " + " | ".join(tau) + " |", "|---" * (len(tau) + 2) + "|"]
+              "| batch | none | " + " | ".join(runs) + " |", "|---" * (len(runs) + 2) + "|"]
     for batch_size, row in speed.items():
-        cells = [f"{row[k]['tokens_per_s']:.1f} ({row[k]['speedup']:.2f}x)" for k in tau]
+        cells = [f"{row[k]['tokens_per_s']:.1f} ({row[k]['speedup']:.2f}x)" for k in runs]
         lines.append(f"| {batch_size} | {row['none']['tokens_per_s']:.1f} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -152,9 +162,10 @@ def write_plots(report: dict, out: Path) -> None:
     axes[0].set_title("accepted length")
     axes[0].legend()
     batch_sizes = list(report["speed"])
-    for kind in ["none"] + list(tau):
+    for kind in report["speed"][batch_sizes[0]]:
+        base = kind.split("+")[0]
         axes[1].plot(batch_sizes, [report["speed"][b][kind]["tokens_per_s"] for b in batch_sizes], marker="o",
-                     label=kind, color=colors[kind])
+                     label=kind, color=colors[base], ls="--" if "+" in kind else "-")
     axes[1].set_xlabel("batch size")
     axes[1].set_ylabel("tokens/s (greedy, wall clock)")
     axes[1].set_title("throughput")

@@ -24,7 +24,7 @@ import torch
 from dspark.kernels.sps import load_sps
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding.engine import GenerationConfig
-from dspark.models.decoding.sps_profile import profile_sps
+from dspark.models.decoding.sps_profile import probe_sizes, profile_sps
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
@@ -105,10 +105,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def profiled_sps(model: torch.nn.Module, settings: LoadSettings, gamma: int, out: Path):
-    """Profile the SPS curve up to the largest measured batch, doubling from 1 (plus gamma + 1 multiples)."""
-    largest = max(settings.concurrency) * (gamma + 1)
-    sizes = {1 << i for i in range(largest.bit_length() + 1) if 1 << i <= largest} | {gamma + 1, largest}
-    table, records = profile_sps(model, sorted(sizes), tokens_per_request=gamma + 1)
+    """Profile the SPS curve up to the largest batch the measured runs can send."""
+    sizes = probe_sizes(max(settings.concurrency) * (gamma + 1), gamma + 1)
+    table, records = profile_sps(model, sizes, tokens_per_request=gamma + 1)
     table.save(out / "sps.json")
     plot_sps(records, out / "sps.png", "verify cost of the target (measured)")
     return table

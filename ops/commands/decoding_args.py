@@ -10,6 +10,7 @@ from dspark.kernels.allocate import POLICIES, THRESHOLD_ON
 from dspark.kernels.sps import load_sps
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding.loading import Target, load_drafter_for, load_target
+from dspark.models.decoding.sps_profile import probe_sizes, profile_sps
 from dspark.models.decoding.sts import load_sts
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
@@ -43,7 +44,8 @@ def add_verify_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--policy", choices=POLICIES, default=None,
                        help="fixed: every draft (default); threshold (default when --threshold is given); causal: "
                             "paper Algorithm 1; lagged: paper 5.2; mtp1: one draft. causal/lagged need --sps-table")
-    group.add_argument("--sps-table", type=Path, default=None, help="SPS JSON from `dspark profile-sps`")
+    group.add_argument("--sps-table", type=Path, default=None,
+                       help="SPS JSON from `dspark profile-sps` (causal/lagged without one: profile the target now)")
     group.add_argument("--threshold", type=float, default=None,
                        help="threshold policy: verify drafts while the survival prod c_i stays >= this (DSpark)")
     group.add_argument("--threshold-on", choices=THRESHOLD_ON, default="survival",
@@ -71,16 +73,28 @@ def load_models(args: argparse.Namespace) -> tuple:
     return target, load_drafter_for(None if getattr(args, "no_spec", False) else args.drafter, target)
 
 
-def verify_policy(args: argparse.Namespace, drafter) -> tuple[VerifyLengthPolicy, torch.Tensor | None]:
-    """The verification-length policy and STS temperatures the options ask for."""
+def verify_policy(args: argparse.Namespace, drafter, target_model=None,
+                  batch_size: int = 1) -> tuple[VerifyLengthPolicy, torch.Tensor | None]:
+    """The verification-length policy and STS temperatures the options ask for. causal/lagged without
+    --sps-table profile the target's SPS curve up to batch_size full blocks first (engine start)."""
     sts = None
     if args.sts is not None:
         if drafter is None or drafter.config.kind != "dspark":
             raise ConfigError("--sts needs a DSpark drafter (only DSpark has a confidence head)")
         sts = load_sts(args.sts, drafter.config.gamma).tensor()
     name = args.policy or ("threshold" if args.threshold is not None else "fixed")
+    sps = load_sps(args.sps_table) if args.sps_table is not None else None
+    if sps is None and name in ("causal", "lagged") and target_model is not None and drafter is not None:
+        sps = startup_sps(target_model, drafter.config.gamma + 1, batch_size)
     policy = VerifyLengthPolicy(
-        name, sps=load_sps(args.sps_table) if args.sps_table is not None else None, threshold=args.threshold,
+        name, sps=sps, threshold=args.threshold,
         threshold_on=args.threshold_on, length=args.verify_length, min_length=args.min_verify_length,
         max_batch_tokens=args.max_batch_tokens)
     return policy, sts
+
+
+def startup_sps(target_model, block: int, batch_size: int):
+    """The SPS curve of this machine up to batch_size blocks of `block` tokens, measured now (a few seconds)."""
+    print(f"profiling the target's verify cost up to {batch_size * block} tokens per forward (--sps-table skips this)")
+    return profile_sps(target_model, probe_sizes(batch_size * block, block), tokens_per_request=block,
+                       repeats=3, progress=False)[0]

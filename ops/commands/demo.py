@@ -2,7 +2,9 @@
 
     dspark demo --target ~/.cache/dspark/targets/smollm2-135m-instruct --drafter embedded/smollm2-dspark
 
-Each prompt is answered twice, greedily: by the target alone and with speculative decoding. Greedy decoding
+Each prompt is answered twice, greedily: by the target alone and with speculative decoding, whose verification
+lengths come from the causal allocator (paper Algorithm 1) on this machine's SPS curve, profiled at start
+(--policy and --sps-table change that). Greedy decoding
 makes both answers identical token for token (the demo checks it), so the wall-clock ratio is the speedup.
 Prints each answer, tau and tokens/s; writes demo.json and the acceptance-by-position plot to --out.
 """
@@ -21,7 +23,7 @@ from dspark.models.errors import ConfigError
 from dspark.models.evaluation.acceptance import acceptance_summary
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_acceptance
-from dspark.ops.commands.decoding_args import add_model_args, load_models
+from dspark.ops.commands.decoding_args import add_model_args, add_verify_args, load_models, verify_policy
 
 DEMO_PROMPTS = (
     "A bakery sells muffins for $3 each and cookies for $1.50 each. Sam buys 4 muffins and 6 cookies. "
@@ -39,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--prompts-file", type=Path, default=None, help="JSONL of {\"turns\": [...]} (default: 4 built-in)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--out", type=Path, default=Path("out/demo"))
-    parser.set_defaults(func=run)
+    add_verify_args(parser)
+    parser.set_defaults(func=run, policy="causal")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,7 +51,9 @@ def run(args: argparse.Namespace) -> int:
     texts = list(DEMO_PROMPTS) if args.prompts_file is None else load_prompts(args.prompts_file)
     target, drafter = load_models(args)
     config = GenerationConfig(args.max_new_tokens, GREEDY, target.eos_token_ids)
-    decoders = {"target alone": SpeculativeDecoder(target.model), "speculative": SpeculativeDecoder(target.model, drafter)}
+    policy, sts = verify_policy(args, drafter, target.model)
+    decoders = {"target alone": SpeculativeDecoder(target.model),
+                "speculative": SpeculativeDecoder(target.model, drafter, policy, sts)}
     walls = {name: 0.0 for name in decoders}
     records, generations = [], []
     for text in texts:
@@ -70,12 +75,14 @@ def run(args: argparse.Namespace) -> int:
     summary = acceptance_summary(generations, drafter.config.gamma)
     speed = {name: tokens / wall for name, wall in walls.items()}
     speedup = speed["speculative"] / speed["target alone"]
-    print(f"\n{drafter.config.kind}: tau {summary['tau']:.2f} tokens per target forward; "
+    print(f"\n{drafter.config.kind} ({policy.name} verification lengths): tau {summary['tau']:.2f} tokens per "
+          "target forward; "
           f"{speed['speculative']:.1f} tok/s vs {speed['target alone']:.1f} tok/s for the target alone: "
           f"{speedup:.2f}x faster on {torch.get_num_threads()} CPU thread(s)")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "demo.json").write_text(json.dumps({
-        "target": str(args.target), "drafter": str(args.drafter), "tokens_per_s": speed, "speedup": speedup,
+        "target": str(args.target), "drafter": str(args.drafter), "policy": policy.name, "tokens_per_s": speed,
+        "speedup": speedup,
         "acceptance": summary, "answers": records}, indent=1) + "\n")
     plot = plot_acceptance({drafter.config.kind: summary}, args.out / "acceptance_by_position.png",
                            f"{drafter.config.kind} on {args.target.name}: acceptance by position")

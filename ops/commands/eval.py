@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     datasets = {path.stem: load_prompts(path, args.limit) for path in args.datasets}  # validate before loading
     target, drafter = load_models(args)
-    policy, sts = verify_policy(args, drafter)
+    policy, sts = verify_policy(args, drafter, target.model, args.batch_size)
     settings = EvalSettings(args.max_new_tokens, sampling, args.batch_size, args.seed, not args.no_baseline)
     results, generations = {}, []
     for name, texts in datasets.items():

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}")
     texts = [args.prompt] if args.prompt is not None else load_prompts(args.prompts_file, limit=None)
     target, drafter = load_models(args)
-    policy, sts = verify_policy(args, drafter)
+    policy, sts = verify_policy(args, drafter, target.model, args.batch_size)
     requests = [(i, s, encode_chat(target.tokenizer, text)) for i, text in enumerate(texts)
                 for s in range(args.num_samples)]
     decoder = SpeculativeDecoder(target.model, drafter, policy, sts)

@@ -87,7 +87,6 @@ def test_calibrate_writes_sglang_json_and_reports_ece(prompts_file, tmp_path, ca
     (["eval", "--drafter", str(EMBEDDED / "dspark"), "--datasets", "/nonexistent.jsonl"], "does not exist"),
     (["calibrate", "--drafter", str(EMBEDDED / "dflash"), "--prompts-file", "PROMPTS", "--out", "/tmp/x.json"],
      "has no confidence head"),
-    (["generate", "--drafter", str(EMBEDDED / "dspark"), "--prompt", "x", "--policy", "causal"], "needs an SPS table"),
     (["generate", "--drafter", str(EMBEDDED / "dspark"), "--prompt", "x", "--policy", "lagged", "--sps-table",
       "/nonexistent/sps.json"], "/nonexistent/sps.json does not exist"),
     (["generate", "--drafter", str(EMBEDDED / "dflash"), "--prompt", "x", "--policy", "threshold", "--threshold",
@@ -109,6 +108,10 @@ def test_generate_with_a_profiled_sps_table_and_the_causal_policy(tmp_path, caps
                      "--max-new-tokens", "16", "--policy", policy, "--sps-table", str(table), "--json", str(out)]) == 0
         sample = json.loads(out.read_text())["samples"][0]
         assert len(sample["token_ids"]) == 16 and all(0 <= r["verify_len"] <= 5 for r in sample["rounds"])
+    # without a table, the causal policy profiles the target first (SPS at engine start)
+    assert main(["generate", *MODELS, "--drafter", str(EMBEDDED / "dspark"), "--prompt", "def fib(n):",
+                 "--max-new-tokens", "16", "--policy", "causal", "--batch-size", "2"]) == 0
+    assert "profiling the target's verify cost up to 12 tokens" in capsys.readouterr().out
 
 
 def test_drafter_for_another_target_is_refused(tiny_target, tmp_path, capsys):
@@ -132,7 +135,9 @@ def test_demo_answers_identically_and_reports_speedup(prompts_file, tmp_path, ca
     report = json.loads((tmp_path / "demo.json").read_text())
     assert len(report["answers"]) == len(PROMPTS) and all(a["identical_to_target"] for a in report["answers"])
     assert report["speedup"] > 0 and (tmp_path / "acceptance_by_position.png").exists()
-    assert "faster on 1 CPU thread(s)" in capsys.readouterr().out
+    assert report["policy"] == "causal"  # verification lengths from the allocator on the SPS curve profiled at start
+    printed = capsys.readouterr().out
+    assert "faster on 1 CPU thread(s)" in printed and "profiling the target's verify cost" in printed
 
 
 def test_bench_writes_tables_json_and_plots(prompts_file, tmp_path):
@@ -142,10 +147,12 @@ def test_bench_writes_tables_json_and_plots(prompts_file, tmp_path):
                  "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "bench.json").read_text())
     assert set(report["tau"]) == {"dspark", "eagle3"} and set(report["tau"]["dspark"]["datasets"]) == {"code", "more"}
-    assert all(row[k]["identical_to_target"] for row in report["speed"].values() for k in ("none", "dspark", "eagle3"))
+    runs = ("none", "dspark", "eagle3", "dspark+causal")  # only DSpark has confidences for the allocator
+    assert all(set(row) == set(runs) for row in report["speed"].values())
+    assert all(row[k]["identical_to_target"] for row in report["speed"].values() for k in runs)
     assert set(report["speed"]) == {"1", "2"}
     table = (tmp_path / "bench.md").read_text()
-    assert "| dspark |" in table and "macro" in table
+    assert "| dspark |" in table and "macro" in table and "dspark+causal" in table
     assert (tmp_path / "tau_and_throughput.png").exists() and (tmp_path / "acceptance_by_position.png").exists()
 
 
