@@ -88,12 +88,13 @@ class Eagle3(Drafter):
     # --- training ---
 
     def forward_train(self, target_hidden: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      ttt_steps: int) -> torch.Tensor:
+                      ttt_steps: int, scored: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Logits of every unrolled TTT step.
 
         target_hidden: [bs, seq, n_taps*hidden]; input_ids, attention_mask: [bs, seq].
         Returns [ttt_steps, bs, seq, vocab]; step k at position t predicts x_{t+k+2} (garbage where that is
-        past the sequence: mask it in the loss).
+        past the sequence: mask it in the loss). scored: [ttt_steps, bs, seq] bool, the positions the loss reads;
+        when given, logits are computed there only and are 0 elsewhere (the lm_head dominates a training step).
         """
         bs, seq = input_ids.shape
         t = torch.arange(seq, device=input_ids.device)
@@ -107,7 +108,12 @@ class Eagle3(Drafter):
             values.append(value)
             visible = ttt_visibility(attention_mask.bool(), k)
             hidden = self.midlayer.finish(hidden, attend(q, torch.cat(keys, 2), torch.cat(values, 2), visible))
-            step_logits.append(self.logits(hidden))
+            if scored is None:
+                step_logits.append(self.logits(hidden))
+            else:
+                logits = hidden.new_zeros(bs, seq, self.config.vocab_size)
+                logits[scored[k]] = self.logits(hidden[scored[k]])
+                step_logits.append(logits)
         return torch.stack(step_logits)
 
     # --- drafting ---

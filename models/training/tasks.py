@@ -100,6 +100,7 @@ class Eagle3Task:
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,
             ttt_steps=self.ttt_steps,
+            scored=eagle3_valid_mask(batch.loss_mask, self.ttt_steps),
         )
         weight_total = reduce(eagle3_valid_mask(batch.loss_mask, 1)[0].sum().float())
         return eagle3_loss(step_logits, target.logits, batch.loss_mask, weight_total=weight_total)

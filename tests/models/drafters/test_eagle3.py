@@ -70,3 +70,24 @@ def test_ragged_batch_matches_single_requests(tiny_target):
     for row, p in ((0, 7), (1, 4)):
         alone = propose(drafter, drafter.init_state(1), features[row:row + 1], ids[row:row + 1], 0, p, p)
         torch.testing.assert_close(block.logits[row], alone.logits[0], atol=1e-5, rtol=1e-5)
+
+
+def test_scored_positions_get_the_same_logits_and_gradients(tiny_target):
+    """Computing logits only where the loss reads them changes neither the loss nor its gradient."""
+    from dspark.models.training.losses import eagle3_loss, eagle3_valid_mask
+    drafter = make_drafter(tiny_target, "eagle3")
+    ids, features = target_sequence(tiny_target, bs=2, seq=10)
+    loss_mask = torch.zeros(2, 10, dtype=torch.bool)
+    loss_mask[0, 4:], loss_mask[1, 2:8] = True, True
+    target_logits = torch.randn(2, 10, VOCAB)
+    scored = eagle3_valid_mask(loss_mask, 3)
+    results = []
+    for subset in (None, scored):
+        drafter.zero_grad()
+        logits = drafter.forward_train(features, ids, torch.ones(2, 10), ttt_steps=3, scored=subset)
+        loss = eagle3_loss(logits, target_logits, loss_mask).total
+        loss.backward()
+        results.append((logits, loss, drafter.fc.weight.grad.clone()))
+    (full, loss_full, grad_full), (part, loss_part, grad_part) = results
+    assert torch.allclose(part[scored], full[scored], atol=1e-6) and (part[~scored] == 0).all()
+    assert torch.allclose(loss_part, loss_full, atol=1e-6) and torch.allclose(grad_part, grad_full, atol=1e-6)
