@@ -22,8 +22,8 @@ demo: setup
 # Run it on an otherwise idle machine: it measures wall-clock speed.
 EVAL_PROMPTS ?= ../shared/data/eval_prompts
 BENCH_SETTINGS ?= --datasets math=$(EVAL_PROMPTS)/gsm8k.jsonl code=$(EVAL_PROMPTS)/humaneval.jsonl \
-	chat=$(EVAL_PROMPTS)/mt-bench.jsonl --prompts 12 --max-new-tokens 96 --speed-prompts 8 --speed-tokens 64 \
-	--batch-sizes 1 8 --threads 2
+	chat=$(EVAL_PROMPTS)/mt-bench.jsonl --prompts 12 --max-new-tokens 96 --tau-batch-size 12 --speed-prompts 8 \
+	--speed-tokens 64 --batch-sizes 1 8 --threads 2
 bench: setup
 	$(DSPARK) bench --target embedded/target --name embedded-target $(BENCH_SETTINGS) --out bench/results/embedded \
 		--drafters dspark=embedded/dspark dflash=embedded/dflash eagle3=embedded/eagle3

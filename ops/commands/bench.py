@@ -6,6 +6,8 @@
 Two phases, both on the reference engine (models/decoding):
 1. tau: every drafter on the first --prompts prompts of every dataset (DeepSpec's shuffle), temperature 1,
    every draft verified, --max-new-tokens each; tau pooled over rounds, and its macro average over datasets.
+   Requests decode --tau-batch-size at a time: each request's acceptance does not depend on its batch
+   (only the random stream does), and batching makes this phase several times faster on a slow target.
 2. speed: --speed-prompts prompts (taken round-robin from the datasets) decoded greedily at each batch size,
    by the target alone and with each drafter verifying every draft; drafters with a confidence head run again
    as "<kind>+causal", verification lengths from the causal allocator (Algorithm 1) on the SPS curve profiled
@@ -46,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--datasets", nargs="+", required=True, metavar="NAME=JSONL")
     parser.add_argument("--prompts", type=int, default=16, help="prompts per dataset for tau")
     parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--tau-batch-size", type=int, default=1, help="requests decoded together for tau")
     parser.add_argument("--speed-prompts", type=int, default=8)
     parser.add_argument("--speed-tokens", type=int, default=64)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
@@ -66,7 +69,7 @@ def pairs(values: list, flag: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in ("prompts", "max_new_tokens", "speed_prompts", "speed_tokens", "threads"):
+    for name in ("prompts", "max_new_tokens", "tau_batch_size", "speed_prompts", "speed_tokens", "threads"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     drafter_paths = pairs(args.drafters, "--drafters")
@@ -77,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     encoded = {name: [encode_chat(target.tokenizer, t) for t in texts] for name, texts in datasets.items()}
     report = {"target": args.name or args.target.name, "settings": {
         "prompts_per_dataset": args.prompts, "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
+        "tau_batch_size": args.tau_batch_size,
         "speed_prompts": args.speed_prompts, "speed_tokens": args.speed_tokens, "batch_sizes": args.batch_sizes,
         "threads": args.threads}, "tau": tau_phase(target, drafters, encoded, args), "speed": None}
     report["speed"] = speed_phase(target, drafters, encoded, args)
@@ -90,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def tau_phase(target, drafters: dict, encoded: dict, args) -> dict:
-    settings = EvalSettings(args.max_new_tokens, SamplingParams(1.0), 1, args.seed, baseline=False)
+    settings = EvalSettings(args.max_new_tokens, SamplingParams(1.0), args.tau_batch_size, args.seed, baseline=False)
     results = {}
     for kind, drafter in drafters.items():
         per_dataset = {}

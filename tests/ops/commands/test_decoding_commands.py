@@ -143,7 +143,8 @@ def test_demo_answers_identically_and_reports_speedup(prompts_file, tmp_path, ca
 def test_bench_writes_tables_json_and_plots(prompts_file, tmp_path):
     assert main(["bench", *MODELS, "--drafters", f"dspark={EMBEDDED / 'dspark'}", f"eagle3={EMBEDDED / 'eagle3'}",
                  "--datasets", f"code={prompts_file}", f"more={prompts_file}", "--prompts", "2",
-                 "--max-new-tokens", "10", "--speed-prompts", "3", "--speed-tokens", "8", "--batch-sizes", "1", "2",
+                 "--max-new-tokens", "10", "--tau-batch-size", "2", "--speed-prompts", "3", "--speed-tokens", "8",
+                 "--batch-sizes", "1", "2",
                  "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "bench.json").read_text())
     assert set(report["tau"]) == {"dspark", "eagle3"} and set(report["tau"]["dspark"]["datasets"]) == {"code", "more"}
