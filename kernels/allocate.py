@@ -38,6 +38,7 @@ from dspark.kernels.sps import SpsTable
 from dspark.models.errors import ConfigError
 
 POLICIES = ("causal", "lagged", "threshold", "fixed", "mtp1")
+CONFIDENCE_POLICIES = ("causal", "lagged", "threshold")  # the ones that read the confidences
 THRESHOLD_ON = ("survival", "confidence")
 IntOrPerRequest = Union[int, torch.Tensor]  # a scalar, or [R] long
 

@@ -116,8 +116,9 @@ class SpeculativeDecoder:
         step = target.forward(tokens, valid)
         target.commit(valid)
         anchor = warping.sample(step.logits[:, -1], config.sampling, generator)
+        admitted = time.perf_counter() - start
         for r in joined:
-            results[r].admitted_s = time.perf_counter() - start
+            results[r].admitted_s = admitted
         new = Batch(joined, anchor, target)
         if self.drafter is not None:
             new.state = self.drafter.init_state(len(joined), target.device)

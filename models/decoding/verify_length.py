@@ -15,10 +15,8 @@ from typing import Optional
 
 import torch
 
-from dspark.kernels.allocate import allocate_verify_lengths
+from dspark.kernels.allocate import CONFIDENCE_POLICIES, allocate_verify_lengths
 from dspark.kernels.sps import SpsTable
-
-CONFIDENCE_POLICIES = ("causal", "lagged", "threshold")
 
 
 @dataclass(frozen=True)
@@ -59,4 +57,3 @@ def fill_history(lagged: torch.Tensor) -> torch.Tensor:
     known = lagged[~missing]
     fill = known.mean(dim=0) if len(known) else torch.zeros_like(lagged[0])
     return torch.where(missing[:, None], fill.expand_as(lagged), lagged)
-

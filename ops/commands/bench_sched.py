@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from dspark.kernels.allocate import CONFIDENCE_POLICIES
 from dspark.kernels.sps import load_sps
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding.engine import GenerationConfig
@@ -32,8 +33,6 @@ from dspark.models.evaluation.plots import plot_load, plot_sps
 from dspark.models.evaluation.scheduling import LoadSettings, measure_load
 from dspark.models.evaluation.simulate import SIMULATION, extend_sps, fit_cost, simulate
 from dspark.ops.commands.decoding_args import add_model_args, load_models
-
-CONFIDENCE_AWARE = ("threshold", "causal", "lagged")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -129,7 +128,7 @@ def checks(measured: list) -> dict:
     """The allocator issue's targets, computed from the measured rows."""
     by = {(r["policy"], r["concurrency"]): r["goodput_tok_s"] for r in measured}
     levels = sorted({c for _, c in by})
-    aware = [p for p in CONFIDENCE_AWARE if (p, levels[-1]) in by]
+    aware = [p for p in CONFIDENCE_POLICIES if (p, levels[-1]) in by]
     fixed = [p for p, _ in by if p.startswith("fixed") or p == "mtp1"]
     top, low = levels[-1], levels[0]
     best_aware = max(aware, key=lambda p: by[(p, top)])
