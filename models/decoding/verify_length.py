@@ -7,8 +7,9 @@ length, and, for `lagged`, the confidences the same requests had one round earli
 drafter outputs and past rounds, never the target's verdict on this round, so decoding stays lossless
 (kernels/verification.py): a policy only decides how many acceptance steps run.
 
-Lagged history: a request with no earlier round (the first round, or one that just joined) borrows the mean of
-the other requests' lagged rows, or zeros when no request has history (then only min_length drafts are verified).
+Lagged history: a request with no earlier round (one that just joined) borrows the mean of the other requests'
+lagged rows; when no request has history (the first round) that round runs `causal` (Algorithm 1), which is
+lossless without any history.
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -41,19 +42,22 @@ class VerifyLengthPolicy:
                 max_length: torch.Tensor) -> torch.Tensor:
         """confidence [bs, gamma] (ones for a drafter without a confidence head), lagged [bs, gamma] or None
         (NaN rows: no history yet), max_length [bs] long -> [bs] long verify lengths."""
-        if self.name == "lagged":
-            lagged = fill_history(lagged if lagged is not None else torch.full_like(confidence, float("nan")))
+        name = self.name
+        if name == "lagged":
+            lagged = fill_history(lagged) if lagged is not None else None
+            name = "causal" if lagged is None else name
         return allocate_verify_lengths(
-            confidence, self.sps, self.name, lagged_confidence=lagged, threshold=self.threshold,
+            confidence, self.sps, name, lagged_confidence=lagged, threshold=self.threshold,
             threshold_on=self.threshold_on, length=self.length, min_length=self.min_length, max_length=max_length,
             max_batch_tokens=self.max_batch_tokens)
 
 
-def fill_history(lagged: torch.Tensor) -> torch.Tensor:
-    """Rows without history (NaN) take the mean of the rows with history, or zeros (module docstring)."""
+def fill_history(lagged: torch.Tensor) -> Optional[torch.Tensor]:
+    """Rows without history (NaN) take the mean of the rows with history; None when no row has any."""
     missing = lagged.isnan().any(dim=1)
+    if missing.all():
+        return None
     if not missing.any():
         return lagged
-    known = lagged[~missing]
-    fill = known.mean(dim=0) if len(known) else torch.zeros_like(lagged[0])
+    fill = lagged[~missing].mean(dim=0)
     return torch.where(missing[:, None], fill.expand_as(lagged), lagged)

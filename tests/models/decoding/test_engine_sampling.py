@@ -3,10 +3,14 @@ import pytest
 import torch
 from scipy.stats import chi2_contingency
 
+from dspark.kernels.sps import SpsTable
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
-from tests.models.decoding.conftest import POLICIES
+
+# 1000 requests decode together here: a cost curve at that scale, so causal/lagged verify about one draft each
+BATCH_SPS = SpsTable.from_probes({1: 1.0, 2000: 0.9, 3000: 0.75, 4000: 0.55, 6000: 0.35}, 8000)
+POLICIES = {name: VerifyLengthPolicy(name, sps=BATCH_SPS) for name in ("causal", "lagged")}
 
 SAMPLES = 2000
 LENGTH = 3
@@ -49,7 +53,7 @@ def test_speculative_sampling_matches_target_sampling(kind, params, policy, embe
                                                       prompts):
     prompt = prompts[1]
     reference = target_samples(embedded_target, prompt, params, seed=1)
-    chosen = POLICIES[policy][0] if policy in POLICIES else VerifyLengthPolicy()
+    chosen = POLICIES.get(policy, VerifyLengthPolicy())
     speculative, outputs = speculative_samples(embedded_target, embedded_drafters[kind], prompt, params, seed=2,
                                                policy=chosen)
     assert sum(r.accepted for g in outputs for r in g.rounds) > SAMPLES // 10, "drafts must be accepted often"
