@@ -4,7 +4,7 @@ export DSPARK_CACHE
 PY := $(DSPARK_CACHE)/venv/bin/python
 DSPARK := $(DSPARK_CACHE)/venv/bin/dspark
 
-.PHONY: setup test demo bench bench-sched embedded-target drafters embedded-models
+.PHONY: setup test demo bench bench-sched bench-sched-smollm2 embedded-target drafters embedded-models
 
 setup:
 	bash scripts/setup_env.sh
@@ -35,6 +35,14 @@ bench-sched: setup
 	$(DSPARK) bench-sched --target embedded/target --drafter embedded/dspark \
 		--prompts-file $(EVAL_PROMPTS)/humaneval.jsonl --limit 32 --concurrency 1 2 4 8 16 32 64 \
 		--simulate-to 1024 --max-new-tokens 48 --threads 2 --out bench/results/sched
+
+# The same on SmolLM2-135M-Instruct, whose verify forward dominates a round on this CPU (the embedded target's
+# drafter costs about as much as the target itself, so no allocation policy can change its goodput much).
+bench-sched-smollm2: setup
+	$(DSPARK) bench-sched --target $(SMOLLM2) --drafter embedded/smollm2-dspark \
+		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 16 --concurrency 1 4 16 64 \
+		--simulate-to 1024 --max-new-tokens 32 --threads $(BENCH_SCHED_THREADS) --out bench/results/sched-smollm2
+BENCH_SCHED_THREADS ?= 2
 
 # Reproduce the committed embedded models (see the cards in embedded/*/README.md).
 embedded-models: embedded-target drafters

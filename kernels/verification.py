@@ -51,14 +51,23 @@ def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor, lengt
 
 
 def verify_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
-                   lengths: torch.Tensor, generator: Optional[torch.Generator] = None) -> Verdict:
+                   lengths: torch.Tensor, generator: Optional[torch.Generator] = None, *,
+                   uniforms: Optional[torch.Tensor] = None, final_uniforms: Optional[torch.Tensor] = None) -> Verdict:
     """target_probs: [bs, K+1, vocab] warped p; draft_probs: [bs, K, vocab] the q each draft was drawn from;
-    draft_tokens: [bs, K] long; lengths: [bs] long in [0, K]. Rows of p and q sum to 1."""
+    draft_tokens: [bs, K] long; lengths: [bs] long in [0, K]. Rows of p and q sum to 1.
+
+    The randomness is u_i (`uniforms` [bs, K]) for the acceptance tests and one more uniform per request
+    (`final_uniforms` [bs]) that samples the next token by inverse CDF: the first x whose cumulative residual
+    mass exceeds u * total. Both are drawn from `generator` unless given, so kernels can be checked against
+    this reference on the same uniforms."""
     bs, K = draft_tokens.shape
+    device = draft_tokens.device
+    u = torch.rand(bs, K, generator=generator, device=device) if uniforms is None else uniforms
+    u_final = torch.rand(bs, generator=generator, device=device) if final_uniforms is None else final_uniforms
     p_draft = target_probs[:, :K].gather(2, draft_tokens.unsqueeze(2)).squeeze(2)  # p_i(d_i)
-    q_draft = draft_probs.gather(2, draft_tokens.unsqueeze(2)).squeeze(2)  # q_i(d_i) > 0: d_i was drawn from q_i
-    u = torch.rand(bs, K, generator=generator, device=draft_tokens.device)
-    accepted = prefix_length(u * q_draft < p_draft, lengths)  # u < p/q without dividing by a tiny q
+    q_draft = draft_probs.gather(2, draft_tokens.unsqueeze(2)).squeeze(2)  # q_i(d_i)
+    # u < p/q without dividing by a tiny q; a token its own q gives no mass was not drawn from q: rejected
+    accepted = prefix_length((q_draft > 0) & (u * q_draft < p_draft), lengths)
 
     rows = torch.arange(bs, device=draft_tokens.device)
     p_next = target_probs[rows, accepted]  # [bs, vocab]
@@ -66,6 +75,12 @@ def verify_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_
     rejected = (accepted < lengths).unsqueeze(1)
     residual = torch.where(rejected, (p_next - q_next).clamp(min=0), p_next)
     mass = residual.sum(dim=1, keepdim=True)
-    residual = torch.where(mass > RESIDUAL_EPS, residual / mass.clamp(min=RESIDUAL_EPS), p_next)
-    next_token = torch.multinomial(residual, 1, generator=generator).squeeze(1)
-    return Verdict(accepted, next_token)
+    residual = torch.where(mass > RESIDUAL_EPS, residual, p_next)
+    return Verdict(accepted, sample_inverse_cdf(residual, u_final))
+
+
+def sample_inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """weights: [bs, vocab] >= 0 (unnormalised); uniforms: [bs] in [0, 1) -> [bs] long, x ~ weights / sum."""
+    cumulative = weights.cumsum(dim=1)
+    threshold = (uniforms * cumulative[:, -1]).unsqueeze(1)
+    return (cumulative <= threshold).sum(dim=1).clamp(max=weights.shape[1] - 1)
