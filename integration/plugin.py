@@ -3,11 +3,19 @@
 SGLang calls `register()` early in every process it starts (launcher, scheduler, detokenizer), then
 applies the hooks registered here; no SGLang source is patched or vendored. Set `SGLANG_PLUGINS` to a
 list without `dspark` to run SGLang without it.
+
+    cpu         SGLang's DSPARK worker on CPU (each hook acts only on CPU devices/tensors)
+    startup     launcher: the drafter must fit the target; an SPS table is profiled when none is given
+    planner     dspark's allocator policies in place of SGLang's DSpark verify-budget planner
+    admin       the live runtime state through /set_internal_state and /get_server_info
 """
 from __future__ import annotations
 
-from dspark.integration import cpu
+from dspark.integration import admin, cpu, planner, startup
 
 
 def register() -> None:
     cpu.install()
+    startup.install()
+    planner.install()
+    admin.install()

@@ -1,13 +1,20 @@
-"""Start and stop a real SGLang 0.5.23 server process.
+"""Start and stop a real SGLang 0.5.23 server process, and the flags that serve DSpark with dspark's plugin.
 
-`SGLangServer` runs `python -m sglang.launch_server` in its own process group, waits until the model
-answers, and on exit terminates the whole group (SGLang forks a scheduler and a detokenizer). If the
-server dies or never becomes ready, the error carries the tail of its log.
+`SGLangServer` runs `python -m sglang.launch_server` in its own process group, from a neutral working
+directory (the repo root would put its bare `kernels/`, `models/` folders on sys.path, shadowing the
+`kernels` package SGLang depends on), waits until the model answers, and on exit terminates the whole
+group (SGLang forks a scheduler and a detokenizer). If the server dies or never becomes ready, the error
+carries the tail of its log.
 
 The CPU recipe (shared/reference/SGLANG_ON_CPU.md): `SGLANG_USE_CPU_ENGINE=1` routes RoPE and friends
-to their native paths, `--device cpu` picks the torch-native attention backend, and
-`--max-total-tokens` keeps the KV pool small (without it SGLang reserves ~70% of RAM).
-The CPU stand-in for `sgl_kernel` is on sys.path through the venv (scripts/setup_env.sh).
+to their native paths, `--device cpu` picks the torch-native attention backend, float32 (CPU matmuls in
+bf16 are slow without AMX), no CUDA graphs or overlap scheduling, and `--max-total-tokens` keeps the KV
+pool small (without it SGLang reserves ~70% of RAM). The CPU stand-in for `sgl_kernel` is on sys.path
+through the venv (scripts/setup_env.sh).
+
+DSpark (`dspark_args`, `dspark_env`): SGLang's own `--speculative-algorithm DSPARK` worker with the ragged
+verify layout (`SGLANG_RAGGED_VERIFY_MODE=compact`, where verify lengths are planned per request at all)
+and dspark's runtime state (integration/runtime_state.py) in `DSPARK_RUNTIME_STATE`.
 """
 from __future__ import annotations
 
@@ -22,7 +29,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from dspark.integration.runtime_state import ENV_VAR
+
 CPU_MAX_TOTAL_TOKENS = 8192
+RAGGED_VERIFY_MODE = "compact"
 READY_TIMEOUT_S = 300.0
 LOG_TAIL_CHARS = 4000
 
@@ -34,7 +44,35 @@ def free_port() -> int:
 
 
 def cpu_server_args(max_total_tokens: int = CPU_MAX_TOTAL_TOKENS) -> list[str]:
-    return ["--device", "cpu", "--max-total-tokens", str(max_total_tokens)]
+    return ["--device", "cpu", "--dtype", "float32", "--max-total-tokens", str(max_total_tokens),
+            "--disable-cuda-graph", "--disable-overlap-schedule"]
+
+
+def dspark_args(drafter: str | Path, *, cpu: bool, sps_table: str | Path | None = None,
+                sts: str | Path | None = None) -> list[str]:
+    """SGLang flags for DSpark with `drafter` (paths made absolute: the server runs elsewhere)."""
+    args = ["--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", str(Path(drafter).resolve())]
+    if cpu:  # the plugin makes torch_native a draft attention backend; SGLang would pick a CUDA one
+        args += ["--speculative-draft-attention-backend", "torch_native"]
+    if sps_table is not None:
+        args += ["--speculative-dspark-sps-table-path", str(Path(sps_table).resolve())]
+    if sts is not None:
+        args += ["--speculative-dspark-confidence-sts-path", str(Path(sts).resolve())]
+    return args
+
+
+def dspark_env(runtime_state: dict | None = None) -> dict[str, str]:
+    """Environment for a DSpark server: ragged verify, and dspark's initial runtime state."""
+    return {"SGLANG_RAGGED_VERIFY_MODE": RAGGED_VERIFY_MODE, ENV_VAR: json.dumps(runtime_state or {})}
+
+
+def launch_command(model_path: str | Path, host: str, port: int, extra_args: list[str] = ()) -> list[str]:
+    return [sys.executable, "-m", "sglang.launch_server", "--model-path", str(Path(model_path).resolve()),
+            "--host", host, "--port", str(port), *extra_args]
+
+
+def server_environment(cpu: bool, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return dict(os.environ, **(extra or {}), **({"SGLANG_USE_CPU_ENGINE": "1"} if cpu else {}))
 
 
 class SGLangServer:
@@ -45,12 +83,12 @@ class SGLangServer:
     """
 
     def __init__(self, model_path: str | Path, *, extra_args: list[str] = (), cpu: bool = True,
-                 log_path: str | Path | None = None, host: str = "127.0.0.1", port: int | None = None):
+                 env: dict[str, str] | None = None, log_path: str | Path | None = None, host: str = "127.0.0.1",
+                 port: int | None = None):
         self.host, self.port = host, port or free_port()
         self.url = f"http://{host}:{self.port}"
-        self.command = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_path),
-                        "--host", host, "--port", str(self.port), *extra_args]
-        self.env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1") if cpu else dict(os.environ)
+        self.command = launch_command(model_path, host, self.port, extra_args)
+        self.env = server_environment(cpu, env)
         self.log_path = Path(log_path) if log_path else Path(f"/tmp/dspark-sglang-{self.port}.log")
         self._process: subprocess.Popen | None = None
 
@@ -64,7 +102,7 @@ class SGLangServer:
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         log = self.log_path.open("w")
         self._process = subprocess.Popen(self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                                         cwd=self.log_path.parent, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:

@@ -198,16 +198,11 @@ def save_drafter(drafter: Drafter, directory, *, frozen: bool = True) -> Path:
     return directory
 
 
-def load_drafter(directory, target_config: Any = None, *, target_model: Optional[torch.nn.Module] = None,
-                 dtype: Optional[torch.dtype] = None, device="cpu") -> Drafter:
-    """Load a drafter; given the target's HF config (or model), first check that it fits (module docstring).
+def read_drafter_config(directory, target_config: Any = None) -> DrafterConfig:
+    """The drafter config of the checkpoint in `directory`; given the target's HF config, checked to fit it.
 
-    target_model supplies the frozen embedding / lm_head a slim checkpoint does not store (its config is used
-    when target_config is None). dtype defaults to the stored weights' dtype. The embedding and lm_head come
-    back frozen.
+    Cheap (no weights are read): SGLang's plugin runs it in the launcher, before any traffic.
     """
-    if target_config is None and target_model is not None:
-        target_config = target_model.config
     directory = Path(directory)
     config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
     for path in (config_path, weights_path):
@@ -221,6 +216,21 @@ def load_drafter(directory, target_config: Any = None, *, target_model: Optional
     config = config_from_json(raw, source=str(config_path), target_num_layers=target_layers)
     if target_config is not None:
         check_fits_target(config, target_config, source=str(directory))
+    return config
+
+
+def load_drafter(directory, target_config: Any = None, *, target_model: Optional[torch.nn.Module] = None,
+                 dtype: Optional[torch.dtype] = None, device="cpu") -> Drafter:
+    """Load a drafter; given the target's HF config (or model), first check that it fits (module docstring).
+
+    target_model supplies the frozen embedding / lm_head a slim checkpoint does not store (its config is used
+    when target_config is None). dtype defaults to the stored weights' dtype. The embedding and lm_head come
+    back frozen.
+    """
+    if target_config is None and target_model is not None:
+        target_config = target_model.config
+    config = read_drafter_config(directory, target_config)
+    weights_path = Path(directory) / WEIGHTS_FILE
     try:
         tensors = load_file(str(weights_path), device=str(device))
     except (SafetensorError, OSError) as err:

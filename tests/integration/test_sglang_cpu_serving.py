@@ -7,11 +7,10 @@ greedy `generate()` token for token.
 from __future__ import annotations
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from dspark.integration.server import SGLangServer, cpu_server_args
 
+from tests.integration.hf_reference import hf_greedy as hf_greedy_outputs
 from tests.paths import EMBEDDED_TARGET
 
 PROMPTS = [
@@ -27,25 +26,14 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("sglang") / "server.log"
-    with SGLangServer(EMBEDDED_TARGET, extra_args=cpu_server_args() + ["--dtype", "float32"],
+    with SGLangServer(EMBEDDED_TARGET, extra_args=cpu_server_args(),
                       log_path=log) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
 def hf_greedy():
-    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_TARGET)
-    model = AutoModelForCausalLM.from_pretrained(EMBEDDED_TARGET, dtype=torch.float32).eval()
-    outputs = {}
-    for prompt in PROMPTS:
-        input_ids = tokenizer(prompt, return_tensors="pt").input_ids
-        with torch.no_grad():
-            generated = model.generate(input_ids, max_new_tokens=MAX_NEW_TOKENS, do_sample=False)
-        new_ids = generated[0, input_ids.shape[1]:].tolist()
-        if tokenizer.eos_token_id in new_ids:  # SGLang stops at EOS and does not return it
-            new_ids = new_ids[: new_ids.index(tokenizer.eos_token_id)]
-        outputs[prompt] = (new_ids, tokenizer.decode(new_ids, skip_special_tokens=True))
-    return outputs
+    return hf_greedy_outputs(EMBEDDED_TARGET, PROMPTS, MAX_NEW_TOKENS)
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)

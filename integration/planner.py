@@ -1,0 +1,126 @@
+"""dspark's allocator in place of SGLang's DSpark verify-budget planner.
+
+SGLang 0.5.23 plans a DSpark round in two calls on `DSparkVerifyPlanner`: `resolve_verify_token_budget`
+(a global argmax over an SPS table, on confidences two rounds old) and `_schedule_verify_lens` (a top-k
+over the current survivals under that budget). With a dspark policy selected (runtime_state.py), both
+answer from one call of `dspark.kernels.allocate` per round instead:
+
+    lengths l_r = VerifyLengthPolicy(state).lengths(c [R, gamma], lagged c, max length)   (0..gamma)
+    budget      = sum_r l_r                     -> resolve_verify_token_budget
+    verify_lens = 1 + l_r (the anchor/bonus)    -> _schedule_verify_lens
+
+so SGLang's layout, ragged verify forward and acceptance run unchanged on our lengths. `lagged` reads
+each request's confidences from its previous round, kept per request-pool row and invalidated when
+SGLang reuses the row for a new request (`req_to_token_pool.req_generation`). The planner also applies
+new STS temperatures to the confidence head when the runtime state changes them (next round on).
+Policy `sglang` leaves both calls to SGLang. These hooks run only in ragged-verify modes
+(`SGLANG_RAGGED_VERIFY_MODE=compact|cap-accept`), where SGLang plans per-request lengths at all.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Optional
+
+import torch
+
+from dspark.integration.runtime_state import RuntimeStateStore
+
+logger = logging.getLogger(__name__)
+
+# The scheduler process's state (one DSpark worker per scheduler process); None until the planner exists.
+store: Optional[RuntimeStateStore] = None
+
+
+class PlannerTrace:
+    """Verify budgets of the rounds since the runtime state last changed, for /get_server_info."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.rounds = self.requests = self.drafts = 0
+
+    def note(self, lengths: torch.Tensor) -> None:
+        self.rounds += 1
+        self.requests += lengths.numel()
+        self.drafts += int(lengths.sum())
+
+    def report(self) -> dict:
+        return {"rounds": self.rounds, "mean_verify_budget": self.drafts / max(self.requests, 1)}
+
+
+trace = PlannerTrace()
+
+
+def _init_store(result, planner, *args, **kwargs) -> None:
+    global store
+    from sglang.srt.runtime_context import get_spec
+
+    store = RuntimeStateStore.from_environment(planner.gamma, get_spec().speculative_dspark_sps_table_path)
+    planner._dspark_history = {}  # request-pool row -> (generation, confidence [gamma]) of its last round
+    planner._dspark_version = -1
+    planner._dspark_verify_lens = None
+    logger.info("dspark planner: %s", store.report())
+
+
+def lagged_confidence(planner, req_pool_indices: torch.Tensor, confidence: torch.Tensor) -> torch.Tensor:
+    """[R, gamma] confidences of each request's previous round (NaN rows: none), then remember this round's."""
+    rows = req_pool_indices.to("cpu").long()
+    generations = planner.model_runner.req_to_token_pool.req_generation[rows].tolist()
+    lagged = torch.full_like(confidence, float("nan"))
+    history = planner._dspark_history
+    for i, (row, generation) in enumerate(zip(rows.tolist(), generations)):
+        seen = history.get(row)
+        if seen is not None and seen[0] == generation:
+            lagged[i] = seen[1]
+        history[row] = (generation, confidence[i])
+    return lagged
+
+
+def _apply_sts(planner) -> None:
+    if planner._dspark_version == store.version:
+        return
+    planner._dspark_version = store.version
+    head = planner._confidence_head
+    if store.planner.sts_temperatures is not None and head is not None:
+        head.sts_temperatures = store.planner.sts_temperatures.to(planner.device)
+
+
+def _resolve_budget(original, planner, *, draft_input, confidence, prefix_lens, req_pool_indices):
+    planner._dspark_verify_lens = None
+    if store is None or confidence is None:
+        return original(planner, draft_input=draft_input, confidence=confidence, prefix_lens=prefix_lens,
+                        req_pool_indices=req_pool_indices)
+    _apply_sts(planner)
+    policy, state = store.planner.policy, store.planner.state
+    if policy is None:  # SGLang's own planner
+        return original(planner, draft_input=draft_input, confidence=confidence, prefix_lens=prefix_lens,
+                        req_pool_indices=req_pool_indices)
+    current = confidence.detach().float().to("cpu")
+    requests, gamma = current.shape
+    lagged = lagged_confidence(planner, req_pool_indices, current) if state.policy == "lagged" else None
+    max_length = torch.full((requests,), state.max_verify_length if state.max_verify_length is not None else gamma)
+    if state.budget_fraction is not None:
+        policy = replace(policy, max_batch_tokens=requests + int(state.budget_fraction * requests * gamma))
+    lengths = policy.lengths(current, lagged, max_length)
+    trace.note(lengths)
+    planner._dspark_verify_lens = (1 + lengths).to(device=planner.device, dtype=torch.int32)
+    draft_input.verify_token_budget = int(lengths.sum())
+    return draft_input.verify_token_budget
+
+
+def _schedule_verify_lens(original, planner, **kwargs):
+    verify_lens, planner._dspark_verify_lens = planner._dspark_verify_lens, None
+    return original(planner, **kwargs) if verify_lens is None else verify_lens
+
+
+PLANNER = "sglang.srt.speculative.dspark_components.dspark_planner.DSparkVerifyPlanner"
+
+
+def install() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(f"{PLANNER}.__init__", _init_store, HookType.AFTER)
+    HookRegistry.register(f"{PLANNER}.resolve_verify_token_budget", _resolve_budget, HookType.AROUND)
+    HookRegistry.register(f"{PLANNER}._schedule_verify_lens", _schedule_verify_lens, HookType.AROUND)

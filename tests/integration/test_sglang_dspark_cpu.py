@@ -1,0 +1,189 @@
+"""SGLang's own DSPARK speculative decoding, served on CPU with dspark's plugin: the whole path for real.
+
+One real `sglang.launch_server` (the flags `dspark serve` passes: CPU recipe, DSPARK with the embedded
+drafter, ragged verify, dspark's runtime state) serves the embedded target. No SPS table is given, so the
+plugin profiles one at engine start into a scratch DSPARK_CACHE. The tests check the served text against
+transformers' greedy decoding of the target alone, τ > 1 in SGLang's own accounting, live policy changes
+seen in SGLang's Prometheus metrics and in /get_server_info, a rejected update that changes nothing, and
+a burst of concurrent requests. A second launch with a drafter for another target must stop before serving.
+"""
+from __future__ import annotations
+
+import re
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from dspark.integration.server import SGLangServer, cpu_server_args, dspark_args, dspark_env
+
+from tests.integration.hf_reference import chat_prompt, hf_greedy
+from tests.paths import EMBEDDED, EMBEDDED_TARGET
+
+PROMPTS = [
+    "def __init__(self",
+    "import os\nimport sys\n\n\ndef main(",
+    "class Queue:\n    \"\"\"A FIFO queue.\"\"\"\n\n    def put(self, item):\n        ",
+    "for i in range(",
+]
+CHAT_MESSAGE = "Write a function that reverses a list."
+MAX_NEW_TOKENS = 32
+GAMMA = 5  # embedded/dspark's block size
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def sps_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("dspark-cache")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, sps_cache):
+    log = tmp_path_factory.mktemp("sglang") / "server.log"
+    extra = cpu_server_args() + dspark_args(EMBEDDED / "dspark", cpu=True) + [
+        "--enable-metrics", "--decode-log-interval", "1", "--max-running-requests", "16"]
+    env = {**dspark_env({"policy": "causal"}), "DSPARK_CACHE": str(sps_cache)}
+    with SGLangServer(EMBEDDED_TARGET, extra_args=extra, env=env, log_path=log) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return hf_greedy(EMBEDDED_TARGET, PROMPTS + [chat_prompt(EMBEDDED_TARGET, CHAT_MESSAGE)], MAX_NEW_TOKENS)
+
+
+def greedy(server, prompts, **params):
+    response = server.post("/generate", {"text": prompts, "sampling_params": {
+        "max_new_tokens": MAX_NEW_TOKENS, "temperature": 0, **params}})
+    return [item["output_ids"] for item in response]
+
+
+def set_state(server, changes: dict) -> list:
+    return server.post("/set_internal_state", {"server_args": {"dspark": changes}})
+
+
+def dspark_info(server) -> dict:
+    return server.get("/get_server_info")["internal_states"][0]["dspark"]
+
+
+def metric(server, name: str) -> float:
+    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as response:
+        text = response.read().decode()
+    values = re.findall(rf"^{re.escape(name)}{{[^}}]*}} ([0-9.eE+-]+)$", text, re.MULTILINE)
+    assert values, f"{name} not in /metrics"
+    return float(values[-1])
+
+
+def test_engine_start_profiled_an_sps_table_for_the_planner(server, sps_cache):
+    tables = list((sps_cache / "sps").glob("target-*.json"))
+    assert len(tables) == 1
+    info = dspark_info(server)
+    assert info["sps_table"] == str(tables[0]) and info["gamma"] == GAMMA
+    assert server.get("/get_server_info")["speculative_dspark_sps_table_path"] == str(tables[0])
+
+
+def test_generate_batch_equals_target_greedy(server, reference):
+    assert greedy(server, PROMPTS) == [reference[p][0] for p in PROMPTS]
+
+
+def test_v1_completions_equals_target_greedy(server, reference):
+    prompt = PROMPTS[1]
+    response = server.post("/v1/completions", {"model": "target", "prompt": prompt, "max_tokens": MAX_NEW_TOKENS,
+                                                "temperature": 0})
+    assert response["choices"][0]["text"] == reference[prompt][1]
+
+
+def test_v1_chat_completions_equals_target_greedy(server, reference):
+    response = server.post("/v1/chat/completions", {
+        "model": "target", "messages": [{"role": "user", "content": CHAT_MESSAGE}],
+        "max_tokens": MAX_NEW_TOKENS, "temperature": 0})
+    expected = reference[chat_prompt(EMBEDDED_TARGET, CHAT_MESSAGE)][1]
+    assert response["choices"][0]["message"]["content"].strip() == expected.strip()
+
+
+def test_speculation_commits_more_than_one_token_per_target_forward(server):
+    set_state(server, {"policy": "fixed"})
+    responses = server.post("/generate", {"text": PROMPTS, "sampling_params": {
+        "max_new_tokens": MAX_NEW_TOKENS, "temperature": 0}})
+    tokens = sum(r["meta_info"]["completion_tokens"] for r in responses)
+    forwards = sum(r["meta_info"]["spec_verify_ct"] for r in responses)
+    assert tokens / forwards > 1.2
+    assert server.get("/get_server_info")["internal_states"][0]["avg_spec_accept_length"] > 1.2
+
+
+@pytest.mark.parametrize("changes, verify_window", [
+    ({"policy": "mtp1"}, 2.0),
+    ({"policy": "fixed"}, GAMMA + 1.0),
+    ({"policy": "fixed", "max_verify_length": 3}, 4.0),
+    ({"policy": "threshold", "threshold": 0.0, "max_verify_length": None}, GAMMA + 1.0),
+    ({"policy": "threshold", "threshold": 1.0}, 1.0),
+])
+def test_runtime_policy_change_sets_the_verify_budget_without_restart(server, reference, changes, verify_window):
+    before = dspark_info(server)["version"]
+    assert set_state(server, changes) == [True]
+    assert greedy(server, PROMPTS[:2]) == [reference[p][0] for p in PROMPTS[:2]]
+    info = dspark_info(server)
+    assert info["version"] == before + 1 and info["rounds"] > 0
+    assert info["mean_verify_budget"] == pytest.approx(verify_window - 1.0)
+    assert metric(server, "sglang:spec_cap_length") == pytest.approx(verify_window)
+
+
+def test_causal_policy_serves_target_greedy(server, reference):
+    assert set_state(server, {"policy": "causal", "threshold": None, "max_verify_length": None}) == [True]
+    assert greedy(server, PROMPTS) == [reference[p][0] for p in PROMPTS]
+    assert 0.0 <= dspark_info(server)["mean_verify_budget"] <= GAMMA
+
+
+@pytest.mark.parametrize("changes, problem", [
+    ({"policy": "threshold", "threshold": 1.5}, "threshold in [0, 1]"),
+    ({"policy": "beam"}, "policy must be one of"),
+    ({"min_verify_length": 9}, "min_verify_length must be in 0..5"),
+    ({"sts_temperatures": [1.0, 1.0]}, "sts_temperatures must be 5"),
+    ({"sps_table": "/nonexistent/sps.json"}, "does not exist"),
+    ({"speed": "max"}, "unknown dspark runtime setting"),
+])
+def test_invalid_update_is_rejected_and_serving_goes_on_unchanged(server, reference, changes, problem):
+    assert set_state(server, {"policy": "mtp1"}) == [True]
+    running = dspark_info(server)
+    assert set_state(server, changes) == [False]
+    info = dspark_info(server)
+    assert problem in info["last_rejection"]
+    assert {k: info[k] for k in ("policy", "version", "threshold", "sps_table")} == \
+        {k: running[k] for k in ("policy", "version", "threshold", "sps_table")}
+    assert greedy(server, PROMPTS[:1]) == [reference[PROMPTS[0]][0]]
+    assert dspark_info(server)["mean_verify_budget"] == pytest.approx(1.0)
+
+
+def test_sglang_keys_still_validate_as_numbers(server):
+    assert server.post("/set_internal_state", {"server_args": {"max_running_requests": "many"}}) == [False]
+
+
+def test_sts_temperatures_apply_live(server, reference):
+    assert set_state(server, {"policy": "causal", "sts_temperatures": [2.0] * GAMMA}) == [True]
+    assert greedy(server, PROMPTS[:2]) == [reference[p][0] for p in PROMPTS[:2]]
+    assert dspark_info(server)["sts_temperatures"] == [2.0] * GAMMA
+
+
+def test_many_concurrent_requests_all_complete(server, reference):
+    set_state(server, {"policy": "lagged", "sts_temperatures": None})
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(24)]
+    with ThreadPoolExecutor(max_workers=24) as pool:
+        outputs = list(pool.map(lambda p: greedy(server, [p])[0], prompts))
+    assert outputs == [reference[p][0] for p in prompts]
+
+
+def test_sampled_requests_complete(server):
+    response = server.post("/generate", {"text": PROMPTS, "sampling_params": {
+        "max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0, "top_p": 0.9}})
+    assert all(r["meta_info"]["completion_tokens"] == MAX_NEW_TOKENS or r["meta_info"]["finish_reason"]["type"] == "stop"
+               for r in response)
+
+
+def test_a_drafter_for_another_target_stops_the_launch_before_serving(tmp_path):
+    extra = cpu_server_args() + dspark_args(EMBEDDED / "smollm2-dspark", cpu=True)
+    server = SGLangServer(EMBEDDED_TARGET, extra_args=extra, env=dspark_env({"policy": "fixed"}),
+                          log_path=tmp_path / "server.log")
+    with pytest.raises(RuntimeError, match="exited with code") as failure:
+        server.start()
+    assert "does not fit the target: hidden_size is 576, the target's is 256" in str(failure.value)
