@@ -1,0 +1,66 @@
+"""`dspark serve --dry-run`: the SGLang command and environment it would start, and its input checks."""
+import json
+import shlex
+
+import pytest
+
+from dspark.ops.cli import main
+
+from tests.paths import EMBEDDED, EMBEDDED_TARGET
+
+BASE = ["serve", "--target", str(EMBEDDED_TARGET), "--device", "cpu", "--dry-run"]
+
+
+def dry_run(capsys, *args) -> tuple[dict, list[str]]:
+    assert main(BASE + list(args)) == 0
+    words = shlex.split(capsys.readouterr().out)
+    env = dict(w.split("=", 1) for w in words[: words.index("-m") - 1])
+    return env, words[words.index("-m") - 1:]
+
+
+def flag(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_dspark_on_cpu_uses_the_cpu_recipe_ragged_verify_and_the_runtime_state(capsys):
+    env, command = dry_run(capsys, "--drafter", str(EMBEDDED / "dspark"), "--policy", "threshold",
+                           "--threshold", "0.4", "--max-verify-length", "3", "--port", "31234")
+    assert command[1:3] == ["-m", "sglang.launch_server"]
+    assert flag(command, "--speculative-algorithm") == "DSPARK"
+    assert flag(command, "--speculative-draft-model-path") == str((EMBEDDED / "dspark").resolve())
+    assert flag(command, "--speculative-draft-attention-backend") == "torch_native"
+    assert flag(command, "--device") == "cpu" and flag(command, "--dtype") == "float32"
+    assert {"--disable-cuda-graph", "--disable-overlap-schedule"} <= set(command)
+    assert flag(command, "--port") == "31234"
+    assert env["SGLANG_USE_CPU_ENGINE"] == "1" and env["SGLANG_RAGGED_VERIFY_MODE"] == "compact"
+    state = json.loads(env["DSPARK_RUNTIME_STATE"])
+    assert state["policy"] == "threshold" and state["threshold"] == 0.4 and state["max_verify_length"] == 3
+
+
+def test_no_spec_serves_the_target_alone_and_passes_sglang_arguments_through(capsys):
+    env, command = dry_run(capsys, "--no-spec", "--max-total-tokens", "4096", "--", "--log-level", "warning")
+    assert "--speculative-algorithm" not in command and "DSPARK_RUNTIME_STATE" not in env
+    assert flag(command, "--max-total-tokens") == "4096" and command[-2:] == ["--log-level", "warning"]
+
+
+def test_a_given_sps_table_reaches_sglang_and_the_state(capsys, tmp_path):
+    table = tmp_path / "sps.json"
+    table.write_text(json.dumps({"sample_batch_tokens": [1, 8], "sample_steps_per_sec": [50.0, 40.0],
+                                 "max_batch_tokens": 8}))
+    env, command = dry_run(capsys, "--drafter", str(EMBEDDED / "dspark"), "--sps-table", str(table))
+    assert flag(command, "--speculative-dspark-sps-table-path") == str(table.resolve())
+    assert json.loads(env["DSPARK_RUNTIME_STATE"])["sps_table"] == str(table.resolve())
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--drafter", str(EMBEDDED / "smollm2-dspark")], "does not fit the target: hidden_size is 576"),
+    (["--drafter", str(EMBEDDED / "dspark"), "--policy", "threshold", "--threshold", "2"], "threshold in [0, 1]"),
+    (["--drafter", str(EMBEDDED / "dspark"), "--max-verify-length", "9"], "max_verify_length must be in"),
+    (["--drafter", str(EMBEDDED / "dspark"), "--budget-fraction", "0"], "budget_fraction must be in (0, 1]"),
+    (["--drafter", str(EMBEDDED / "dspark"), "--sps-table", "/nonexistent.json"], "does not exist"),
+    (["--drafter", "/nonexistent-drafter"], "config.json is missing"),
+])
+def test_bad_input_is_one_clear_error_before_anything_starts(capsys, args, problem):
+    assert main(BASE + args) == 2
+    captured = capsys.readouterr()
+    assert problem in captured.err and "sglang.launch_server" not in captured.out
