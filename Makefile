@@ -4,7 +4,7 @@ export DSPARK_CACHE
 PY := $(DSPARK_CACHE)/venv/bin/python
 DSPARK := $(DSPARK_CACHE)/venv/bin/dspark
 
-.PHONY: setup test demo bench bench-sched bench-sched-smollm2 embedded-target drafters embedded-models
+.PHONY: setup test demo serve bench bench-sched bench-sched-smollm2 bench-serve embedded-target drafters embedded-models
 
 setup:
 	bash scripts/setup_env.sh
@@ -16,6 +16,10 @@ test: setup
 # (identical greedy answers; prints the text, tau and the speedup; plot and JSON under out/demo).
 demo: setup
 	$(DSPARK) demo --target $(SMOLLM2) --drafter embedded/smollm2-dspark --out out/demo
+
+# Serve the embedded default through SGLang (DSpark + dspark's plugin; on CPU the CPU recipe) on port 30000.
+serve: setup
+	$(DSPARK) serve --target embedded/target --drafter embedded/dspark --port 30000
 
 # tau per dataset (math / code / chat) for DSpark, DFlash and Eagle3, and greedy tokens/s against no speculation
 # at batch 1 and 8, for both targets: bench/results/{embedded,smollm2}/ (bench.json, bench.md, plots).
@@ -43,6 +47,16 @@ bench-sched-smollm2: setup
 		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 16 --concurrency 1 4 16 64 \
 		--simulate-to 1024 --max-new-tokens 32 --threads $(BENCH_SCHED_THREADS) --out bench/results/sched-smollm2
 BENCH_SCHED_THREADS ?= 2
+
+# DSpark served by the real SGLang server (with dspark's plugin) against the target alone, both targets:
+# tokens/s, tau and verify budget at concurrency 1 and 8, policies switched live: bench/results/serve-*/.
+bench-serve: setup
+	$(DSPARK) bench-serve --target embedded/target --drafter embedded/dspark \
+		--prompts-file $(EVAL_PROMPTS)/humaneval.jsonl --limit 8 --max-new-tokens 32 --concurrency 1 8 \
+		--policies causal fixed mtp1 --out bench/results/serve-embedded
+	$(DSPARK) bench-serve --target $(SMOLLM2) --drafter embedded/smollm2-dspark \
+		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 8 --max-new-tokens 32 --concurrency 1 8 \
+		--policies causal fixed mtp1 --out bench/results/serve-smollm2
 
 # Reproduce the committed embedded models (see the cards in embedded/*/README.md).
 embedded-models: embedded-target drafters

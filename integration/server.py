@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -33,14 +34,22 @@ from dspark.integration.runtime_state import ENV_VAR
 
 CPU_MAX_TOTAL_TOKENS = 8192
 RAGGED_VERIFY_MODE = "compact"
+SERVER_PORTS = (20000, 32000)  # [start, stop): below Linux's default ephemeral range 32768-60999
 READY_TIMEOUT_S = 300.0
 LOG_TAIL_CHARS = 4000
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port below the kernel's ephemeral range: SGLang binds its own internal sockets to ephemeral
+    ports while it starts, and one of those must not take the HTTP port before uvicorn binds it."""
+    for port in random.Random().sample(range(*SERVER_PORTS), 200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {SERVER_PORTS}")
 
 
 def cpu_server_args(max_total_tokens: int = CPU_MAX_TOTAL_TOKENS) -> list[str]:

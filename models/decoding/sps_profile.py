@@ -3,12 +3,16 @@
 A probe of B tokens is a verify forward shaped as the engine sends it: R = max(1, round(B / tokens_per_request))
 requests (SGLang's profiler also sweeps requests x draft tokens), each with `context_len` committed tokens in the
 KV cache and B tokens spread over them, through the engine's own TargetRunner (ragged mask, holes). The new slots
-are dropped after each forward, so every repeat sees the same cache. After `warmup` untimed forwards the median
-of `repeats` timed ones gives SPS(B) = 1 / median seconds. The result is an SpsTable (kernels/sps.py), the
-schema SGLang reads, plus the raw timings for the plot.
+are dropped after each forward, so every repeat sees the same cache. After `warmup` untimed forwards the fastest
+of `repeats` timed ones gives SPS(B) = 1 / min seconds: on a shared machine timing noise only ever slows a
+forward down (a server profiling itself at start may share the CPU with anything). A bigger verify batch is
+never cheaper, so the table is the non-increasing envelope SPS(B) = min over probes B' <= B; a noisy small
+probe cannot then make the allocator believe that verifying more is free. The result is an SpsTable
+(kernels/sps.py), the schema SGLang reads, plus the raw timings for the plot.
 """
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from typing import Sequence
@@ -82,5 +86,6 @@ def profile_sps(model: torch.nn.Module, batch_tokens: Sequence[int] = DEFAULT_BA
         timings = time_probe(model, counts, context_len, warmup, repeats, generator)
         records.append({"batch_tokens": b, "requests": len(counts), "median_s": statistics.median(timings),
                         "min_s": min(timings), "max_s": max(timings)})
-    table = SpsTable.from_probes({r["batch_tokens"]: 1.0 / r["median_s"] for r in records})
+    envelope = itertools.accumulate((1.0 / r["min_s"] for r in records), min)
+    table = SpsTable.from_probes(dict(zip((r["batch_tokens"] for r in records), envelope)))
     return table, records

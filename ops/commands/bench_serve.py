@@ -1,0 +1,117 @@
+"""`dspark bench-serve`: tokens/s and tau of DSpark served by SGLang (with dspark's plugin) against no speculation.
+
+    dspark bench-serve --target embedded/target --drafter embedded/dspark \
+        --prompts-file humaneval.jsonl --limit 16 --concurrency 1 8 --out bench/results/serve
+
+Starts the real SGLang server twice with the flags `dspark serve` uses (on CPU: the CPU recipe): once for
+the target alone, once with DSpark. Every prompt (chat-templated, sent as token ids to /generate) is
+answered greedily at each concurrency; on the DSpark server once per --policies entry, switched live
+through /set_internal_state, no restart. Reports per run: goodput (completion tokens / wall), mean
+per-request tokens/s, tau (completion tokens per target verify forward, SGLang's `spec_verify_ct`), the
+mean verify budget dspark's planner chose, and whether every answer equals the target-alone answer.
+Writes <out>/serve.json, serve.md and serve.png.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from dspark.integration.runtime_state import SGLANG_POLICY
+from dspark.integration.server import SGLangServer, cpu_server_args, dspark_args, dspark_env
+from dspark.kernels.allocate import POLICIES
+from dspark.models.errors import ConfigError
+from dspark.models.evaluation.datasets import encode_chat, load_prompts
+from dspark.models.evaluation.plots import plot_load
+from dspark.models.training.run import load_target_config
+
+NO_SPEC = "no-spec"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("bench-serve", help="tokens/s and tau through the SGLang server, DSpark vs none",
+                                   description=__doc__.splitlines()[0])
+    parser.add_argument("--target", type=Path, required=True)
+    parser.add_argument("--drafter", type=Path, required=True)
+    parser.add_argument("--prompts-file", type=Path, required=True, help='JSONL of {"turns": [...]} rows')
+    parser.add_argument("--limit", type=int, default=16, help="prompts used")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--policies", nargs="+", choices=POLICIES + (SGLANG_POLICY,), default=["causal", "fixed"])
+    parser.add_argument("--sps-table", type=Path, default=None, help="default: profiled at engine start")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/serve"))
+    parser.set_defaults(func=run)
+
+
+def answer_all(server: SGLangServer, prompts: list[list[int]], max_new_tokens: int, concurrency: int) -> dict:
+    """Every prompt answered greedily, `concurrency` requests in flight; outputs and timings."""
+    def one(ids):
+        begin = time.perf_counter()
+        response = server.post("/generate", {"input_ids": ids, "sampling_params": {
+            "max_new_tokens": max_new_tokens, "temperature": 0}}, timeout_s=600)
+        return response, time.perf_counter() - begin
+
+    begin = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        results = list(pool.map(one, prompts))
+    wall = time.perf_counter() - begin
+    tokens = sum(r["meta_info"]["completion_tokens"] for r, _ in results)
+    forwards = sum(r["meta_info"].get("spec_verify_ct") or r["meta_info"]["completion_tokens"] for r, _ in results)
+    return {"concurrency": concurrency, "outputs": [r["output_ids"] for r, _ in results], "tokens": tokens,
+            "wall_s": wall, "goodput_tok_s": tokens / wall, "tau": tokens / max(forwards, 1),
+            "request_tok_s": sum(r["meta_info"]["completion_tokens"] / s for r, s in results) / len(results)}
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.limit < 1 or args.max_new_tokens < 1 or min(args.concurrency) < 1:
+        raise ConfigError("--limit, --max-new-tokens and --concurrency must be >= 1")
+    _, tokenizer = load_target_config(args.target)
+    prompts = [encode_chat(tokenizer, text) for text in load_prompts(args.prompts_file)[: args.limit]]
+    cpu = not torch.cuda.is_available()
+    base = cpu_server_args() if cpu else []
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows, reference = [], {}
+    with SGLangServer(args.target, extra_args=base, cpu=cpu, log_path=args.out / "server-no-spec.log") as server:
+        answer_all(server, prompts[:1], args.max_new_tokens, 1)  # warm-up
+        for c in args.concurrency:
+            row = answer_all(server, prompts, args.max_new_tokens, c)
+            reference[c] = row.pop("outputs")
+            rows.append({"policy": NO_SPEC, **row, "verify_budget": 0.0, "identical_to_no_spec": True})
+            print(f"{NO_SPEC:>10} C={c:<3} {row['goodput_tok_s']:7.1f} tok/s")
+    extra = base + dspark_args(args.drafter, cpu=cpu, sps_table=args.sps_table)
+    with SGLangServer(args.target, extra_args=extra, cpu=cpu, env=dspark_env({"policy": args.policies[0]}),
+                      log_path=args.out / "server-dspark.log") as server:
+        answer_all(server, prompts[:1], args.max_new_tokens, 1)
+        for policy in args.policies:
+            for c in args.concurrency:
+                if server.post("/set_internal_state", {"server_args": {"dspark": {"policy": policy}}}) != [True]:
+                    raise ConfigError(f"the server rejected policy {policy}: see {args.out / 'server-dspark.log'}")
+                row = answer_all(server, prompts, args.max_new_tokens, c)
+                identical = row.pop("outputs") == reference[c]
+                budget = server.get("/get_server_info")["internal_states"][0]["dspark"]["mean_verify_budget"]
+                rows.append({"policy": f"dspark {policy}", **row, "verify_budget": budget,
+                             "identical_to_no_spec": identical})
+                print(f"dspark {policy:>6} C={c:<3} {row['goodput_tok_s']:7.1f} tok/s  tau {row['tau']:.2f}  "
+                      f"budget {budget:.2f}  identical {identical}")
+    report = {"target": str(args.target), "drafter": str(args.drafter), "prompts_file": str(args.prompts_file),
+              "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "device": "cpu" if cpu else "cuda",
+              "runs": rows}
+    (args.out / "serve.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / "serve.md").write_text(markdown(rows))
+    plot_load(rows, [], args.out / "serve.png", f"SGLang serving {args.target.name}: DSpark vs target alone")
+    print(markdown(rows) + f"\nwrote {args.out}/serve.json, serve.md, serve.png")
+    return 0
+
+
+def markdown(rows: list) -> str:
+    speed = {r["concurrency"]: r["goodput_tok_s"] for r in rows if r["policy"] == NO_SPEC}
+    lines = ["| server | concurrency | goodput tok/s | vs no-spec | per-request tok/s | tau | verify budget | "
+             "identical to no-spec |", "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['policy']} | {r['concurrency']} | {r['goodput_tok_s']:.1f} | "
+              f"{r['goodput_tok_s'] / speed[r['concurrency']]:.2f}x | {r['request_tok_s']:.1f} | {r['tau']:.2f} | "
+              f"{r['verify_budget']:.2f} | {r['identical_to_no_spec']} |" for r in rows]
+    return "\n".join(lines) + "\n"
