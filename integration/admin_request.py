@@ -1,13 +1,18 @@
-"""SGLang's `SetInternalStateReq`, widened to carry dspark's runtime-state object (see admin.py).
+"""SGLang's `/set_internal_state` messages, widened for dspark's runtime state (see admin.py).
 
-SGLang types the body as numbers only; this subclass takes any JSON value (SGLang's own keys are still
-checked by its handlers). A module of its own: the request is pickled between SGLang's processes, so the
-class must be importable by name, and importing it loads SGLang's io_struct, which only the hook needs.
+`SetInternalStateWithDsparkReq`: SGLang types the body as numbers only; this one takes any JSON value
+(SGLang's own keys are still checked by its handlers). `RejectedInternalStateReqOutput`: SGLang's
+"not updated" reply plus the reason, so the HTTP answer can say what was wrong. A module of its own: the
+messages are pickled between SGLang's processes, so the classes must be importable by name.
 """
 from typing import Any, Dict
 
-from sglang.srt.managers.io_struct import SetInternalStateReq
+from sglang.srt.managers.io_struct import SetInternalStateReq, SetInternalStateReqOutput
 
 
 class SetInternalStateWithDsparkReq(SetInternalStateReq, kw_only=True):
     server_args: Dict[str, Any]
+
+
+class RejectedInternalStateReqOutput(SetInternalStateReqOutput, kw_only=True):
+    reason: str

@@ -9,7 +9,8 @@ answer from one call of `dspark.kernels.allocate` per round instead:
     budget      = sum_r l_r                     -> resolve_verify_token_budget
     verify_lens = 1 + l_r (the anchor/bonus)    -> _schedule_verify_lens
 
-so SGLang's layout, ragged verify forward and acceptance run unchanged on our lengths. `lagged` reads
+so SGLang's layout, ragged verify forward and acceptance run unchanged on our lengths. causal and lagged plan
+on the SPS table plus the round overhead measured online (`RoundClock`). `lagged` reads
 each request's confidences from its previous round, kept per request-pool row and invalidated when
 SGLang reuses the row for a new request (`req_to_token_pool.req_generation`). The planner also applies
 new STS temperatures to the confidence head when the runtime state changes them (next round on).
@@ -19,12 +20,15 @@ Policy `sglang` leaves both calls to SGLang. These hooks run only in ragged-veri
 from __future__ import annotations
 
 import logging
+import time
+from collections import deque
 from dataclasses import replace
 from typing import Optional
 
 import torch
 
 from dspark.integration.runtime_state import RuntimeStateStore
+from dspark.kernels.sps import SpsTable
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +57,42 @@ class PlannerTrace:
 trace = PlannerTrace()
 
 
+class RoundClock:
+    """What a served round costs beyond the profiled verify forward, measured online.
+
+    The SPS table times the target's forward alone; a round in SGLang also drafts, samples and schedules
+    (on CPU that is most of it). At the start of each round planned with the table, the time since the
+    previous round's start minus the table's time for that round's verify batch is one sample of the
+    overhead. The estimate is the smallest of the last WINDOW samples: idle gaps and prefill batches
+    between decode rounds only ever add time, so the minimum errs towards verifying less. causal and
+    lagged plan on `SpsTable.with_overhead(estimate)`; it depends on earlier rounds only, so admission
+    stays causal (lossless).
+    """
+
+    WINDOW = 16
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.samples: deque = deque(maxlen=self.WINDOW)
+        self.last: Optional[tuple[float, int]] = None  # (start time, verify tokens) of the previous round
+
+    def observe(self, now: float, table: SpsTable) -> None:
+        if self.last is not None:
+            then, tokens = self.last
+            self.samples.append(now - then - 1.0 / float(table.lookup(torch.tensor([tokens]))[0]))
+
+    def planned(self, now: float, verify_tokens: int) -> None:
+        self.last = (now, verify_tokens)
+
+    def overhead(self) -> float:
+        return max(0.0, min(self.samples)) if self.samples else 0.0
+
+
+clock = RoundClock()
+
+
 def _init_store(result, planner, *args, **kwargs) -> None:
     global store
     from sglang.srt.runtime_context import get_spec
@@ -78,10 +118,11 @@ def lagged_confidence(planner, req_pool_indices: torch.Tensor, confidence: torch
     return lagged
 
 
-def _apply_sts(planner) -> None:
+def _on_state_change(planner) -> None:
     if planner._dspark_version == store.version:
         return
     planner._dspark_version = store.version
+    clock.reset()  # samples were taken against the previous table
     head = planner._confidence_head
     if store.planner.sts_temperatures is not None and head is not None:
         head.sts_temperatures = store.planner.sts_temperatures.to(planner.device)
@@ -92,7 +133,7 @@ def _resolve_budget(original, planner, *, draft_input, confidence, prefix_lens, 
     if store is None or confidence is None:
         return original(planner, draft_input=draft_input, confidence=confidence, prefix_lens=prefix_lens,
                         req_pool_indices=req_pool_indices)
-    _apply_sts(planner)
+    _on_state_change(planner)
     policy, state = store.planner.policy, store.planner.state
     if policy is None:  # SGLang's own planner
         return original(planner, draft_input=draft_input, confidence=confidence, prefix_lens=prefix_lens,
@@ -103,7 +144,12 @@ def _resolve_budget(original, planner, *, draft_input, confidence, prefix_lens, 
     max_length = torch.full((requests,), state.max_verify_length if state.max_verify_length is not None else gamma)
     if state.budget_fraction is not None:
         policy = replace(policy, max_batch_tokens=requests + int(state.budget_fraction * requests * gamma))
+    now = time.perf_counter()
+    if policy.sps is not None:
+        clock.observe(now, policy.sps)
+        policy = replace(policy, sps=policy.sps.with_overhead(clock.overhead()))
     lengths = policy.lengths(current, lagged, max_length)
+    clock.planned(now, requests + int(lengths.sum()))
     trace.note(lengths)
     planner._dspark_verify_lens = (1 + lengths).to(device=planner.device, dtype=torch.int32)
     draft_input.verify_token_budget = int(lengths.sum())

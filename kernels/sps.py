@@ -56,6 +56,14 @@ class SpsTable:
         index = (torch.searchsorted(probes, batch_tokens, right=True) - 1).clamp(0, len(probes) - 1)
         return torch.tensor(self.sample_steps_per_sec, dtype=torch.float64, device=batch_tokens.device)[index]
 
+    def with_overhead(self, seconds: float) -> SpsTable:
+        """The table of a step that also spends `seconds` outside the verify forward (drafting, scheduling):
+        SPS'(B) = 1 / (1 / SPS(B) + seconds). The ordering of plans by tau * SPS stays that of whole steps."""
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ConfigError(f"step overhead must be finite and >= 0 seconds, got {seconds}")
+        return SpsTable(self.sample_batch_tokens, tuple(1.0 / (1.0 / s + seconds) for s in self.sample_steps_per_sec),
+                        self.max_batch_tokens)
+
     def to_json(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 

@@ -49,3 +49,12 @@ def test_missing_and_malformed_files(tmp_path):
     (tmp_path / "x.json").write_text("{not json")
     with pytest.raises(ConfigError, match="JSONDecodeError"):
         load_sps(tmp_path / "x.json")
+
+
+def test_overhead_adds_to_every_step():
+    table = SpsTable((1, 8), (100.0, 50.0), 8)  # 10 ms and 20 ms per forward
+    slower = table.with_overhead(0.03)
+    assert slower.sample_steps_per_sec == pytest.approx((1 / 0.04, 1 / 0.05))
+    assert table.with_overhead(0.0) == table
+    with pytest.raises(ConfigError, match="overhead"):
+        table.with_overhead(-0.01)
