@@ -1,7 +1,8 @@
 """The runtime state over SGLang's admin endpoints: `/set_internal_state` and `/get_server_info`.
 
     POST /set_internal_state {"server_args": {"dspark": {"policy": "threshold", "threshold": 0.4}}}
-      -> [true], or HTTP 400 {"detail": "<what is wrong>"} with nothing changed when the merged state is invalid
+      -> [true], or HTTP 400 {"object": "error", "message": "<what is wrong>", ...} (SGLang's error body) with
+         nothing changed when the merged state is invalid
     GET /get_server_info -> internal_states[i]["dspark"] = the state, its version, gamma, last_rejection,
                             the mean verify budget of the rounds since the last change, and the measured
                             per-round overhead the SPS policies add to the table (planner.RoundClock)

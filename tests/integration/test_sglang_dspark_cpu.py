@@ -70,7 +70,9 @@ def refused_state(server, changes: dict) -> str:
     with pytest.raises(urllib.error.HTTPError) as refusal:
         set_state(server, changes)
     assert refusal.value.code == 400
-    return json.loads(refusal.value.read())["detail"]
+    error = json.loads(refusal.value.read())  # SGLang's error body
+    assert error["object"] == "error" and error["code"] == 400
+    return error["message"]
 
 
 def dspark_info(server) -> dict:
@@ -142,7 +144,9 @@ def test_runtime_policy_change_sets_the_verify_budget_without_restart(server, re
 def test_causal_policy_serves_target_greedy(server, reference):
     assert set_state(server, {"policy": "causal", "threshold": None, "max_verify_length": None}) == [True]
     assert greedy(server, PROMPTS) == [reference[p][0] for p in PROMPTS]
-    assert 0.0 <= dspark_info(server)["mean_verify_budget"] <= GAMMA
+    info = dspark_info(server)
+    assert 0.0 <= info["mean_verify_budget"] <= GAMMA
+    assert info["step_overhead_s"] > 0.0  # SGLang's drafting and scheduling, measured online, on top of the table
 
 
 @pytest.mark.parametrize("changes, problem", [
