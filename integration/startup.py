@@ -70,6 +70,10 @@ def _prepare_dspark(result, server_args) -> None:
     read_drafter_config(view.speculative_draft_model_path, AutoConfig.from_pretrained(str(target)))
     if view.speculative_dspark_sps_table_path or read_ragged_verify_mode() is RaggedVerifyMode.STATIC:
         return
+    if not (target / "config.json").is_file():
+        logger.warning("dspark: %s is not a local model directory; no SPS table profiled (SGLang will verify "
+                       "every draft): pass --speculative-dspark-sps-table-path", target)
+        return
     device = "cuda" if str(view.device).startswith("cuda") else "cpu"
     dtype = DTYPES.get(str(view.dtype), torch.float32 if device == "cpu" else torch.bfloat16)
     path = profile_at_start(target, device, dtype, int(view.speculative_num_draft_tokens),
