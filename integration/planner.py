@@ -13,7 +13,7 @@ so SGLang's layout, ragged verify forward and acceptance run unchanged on our le
 on the SPS table plus the round overhead measured online (`RoundClock`). `lagged` reads
 each request's confidences from its previous round, kept per request-pool row and invalidated when
 SGLang reuses the row for a new request (`req_to_token_pool.req_generation`). The planner also applies
-new STS temperatures to the confidence head when the runtime state changes them (next round on).
+the state's STS temperatures to the confidence head when the state changes (null: those SGLang loaded).
 Policy `sglang` leaves both calls to SGLang. These hooks run only in ragged-verify modes
 (`SGLANG_RAGGED_VERIFY_MODE=compact|cap-accept`), where SGLang plans per-request lengths at all.
 """
@@ -101,6 +101,8 @@ def _init_store(result, planner, *args, **kwargs) -> None:
     planner._dspark_history = {}  # request-pool row -> (generation, confidence [gamma]) of its last round
     planner._dspark_version = -1
     planner._dspark_verify_lens = None
+    head = planner._confidence_head  # its temperatures as loaded (SGLang's --speculative-dspark-confidence-sts-path)
+    planner._dspark_loaded_sts = head.sts_temperatures.clone() if head is not None else None
     logger.info("dspark planner: %s", store.report())
 
 
@@ -123,9 +125,9 @@ def _on_state_change(planner) -> None:
         return
     planner._dspark_version = store.version
     clock.reset()  # samples were taken against the previous table
-    head = planner._confidence_head
-    if store.planner.sts_temperatures is not None and head is not None:
-        head.sts_temperatures = store.planner.sts_temperatures.to(planner.device)
+    head, wanted = planner._confidence_head, store.planner.sts_temperatures
+    if head is not None:
+        head.sts_temperatures = (planner._dspark_loaded_sts if wanted is None else wanted).to(planner.device)
 
 
 def _resolve_budget(original, planner, *, draft_input, confidence, prefix_lens, req_pool_indices):

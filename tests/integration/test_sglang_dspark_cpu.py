@@ -174,9 +174,15 @@ def test_sglang_keys_still_validate_as_numbers(server):
 
 
 def test_sts_temperatures_apply_live(server, reference):
-    assert set_state(server, {"policy": "causal", "sts_temperatures": [2.0] * GAMMA}) == [True]
+    # Temperatures this high flatten every confidence to ~0.5, so survivals are ~0.5, 0.25, ...: a survival
+    # threshold of 0.3 then verifies exactly one draft per request, whatever the drafter predicted.
+    flat = {"policy": "threshold", "threshold": 0.3, "sts_temperatures": [1e4] * GAMMA}
+    assert set_state(server, flat) == [True]
     assert greedy(server, PROMPTS[:2]) == [reference[p][0] for p in PROMPTS[:2]]
-    assert dspark_info(server)["sts_temperatures"] == [2.0] * GAMMA
+    info = dspark_info(server)
+    assert info["sts_temperatures"] == [1e4] * GAMMA and info["mean_verify_budget"] == pytest.approx(1.0)
+    assert set_state(server, {"sts_temperatures": None}) == [True]  # back to the loaded temperatures
+    assert greedy(server, PROMPTS[:2]) == [reference[p][0] for p in PROMPTS[:2]]
 
 
 def test_many_concurrent_requests_all_complete(server, reference):
