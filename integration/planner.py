@@ -45,10 +45,10 @@ class PlannerTrace:
     def reset(self) -> None:
         self.rounds = self.requests = self.drafts = 0
 
-    def note(self, lengths: torch.Tensor) -> None:
+    def note(self, requests: int, drafts: int) -> None:
         self.rounds += 1
-        self.requests += lengths.numel()
-        self.drafts += int(lengths.sum())
+        self.requests += requests
+        self.drafts += drafts
 
     def report(self) -> dict:
         return {"rounds": self.rounds, "mean_verify_budget": self.drafts / max(self.requests, 1)}
@@ -151,11 +151,12 @@ def _resolve_budget(original, planner, *, draft_input, confidence, prefix_lens, 
         clock.observe(now, policy.sps)
         policy = replace(policy, sps=policy.sps.with_overhead(clock.overhead()))
     lengths = policy.lengths(current, lagged, max_length)
-    clock.planned(now, requests + int(lengths.sum()))
-    trace.note(lengths)
+    drafts = int(lengths.sum())
+    clock.planned(now, requests + drafts)
+    trace.note(requests, drafts)
     planner._dspark_verify_lens = (1 + lengths).to(device=planner.device, dtype=torch.int32)
-    draft_input.verify_token_budget = int(lengths.sum())
-    return draft_input.verify_token_budget
+    draft_input.verify_token_budget = drafts
+    return drafts
 
 
 def _schedule_verify_lens(original, planner, **kwargs):

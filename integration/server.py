@@ -34,6 +34,7 @@ from dspark.integration.runtime_state import ENV_VAR
 
 CPU_MAX_TOTAL_TOKENS = 8192
 RAGGED_VERIFY_MODE = "compact"
+CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}  # SGLang's native (non-CUDA) RoPE, norms and friends
 SERVER_PORTS = (20000, 32000)  # [start, stop): below Linux's default ephemeral range 32768-60999
 READY_TIMEOUT_S = 300.0
 LOG_TAIL_CHARS = 4000
@@ -81,7 +82,7 @@ def launch_command(model_path: str | Path, host: str, port: int, extra_args: lis
 
 
 def server_environment(cpu: bool, extra: dict[str, str] | None = None) -> dict[str, str]:
-    return dict(os.environ, **(extra or {}), **({"SGLANG_USE_CPU_ENGINE": "1"} if cpu else {}))
+    return dict(os.environ, **(extra or {}), **(CPU_ENV if cpu else {}))
 
 
 class SGLangServer:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from pathlib import Path
 
 import torch
 
+from dspark.models.cache import cache_root
 from dspark.models.checkpoint import read_drafter_config
 
 logger = logging.getLogger(__name__)
@@ -32,8 +32,7 @@ DTYPES = {"float32": torch.float32, "float": torch.float32, "bfloat16": torch.bf
 def sps_cache_path(target: Path, device: str, dtype: torch.dtype) -> Path:
     config = target / "config.json"
     key = f"{target.resolve()}|{config.stat().st_mtime_ns}|{device}|{dtype}|{torch.get_num_threads()}"
-    cache = Path(os.environ.get("DSPARK_CACHE", Path.home() / ".cache" / "dspark"))
-    return cache / "sps" / f"{target.name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
+    return cache_root() / "sps" / f"{target.name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
 
 
 def profile_at_start(target: Path, device: str, dtype: torch.dtype, tokens_per_request: int,

@@ -10,17 +10,13 @@ model. Idempotent: a provided directory is printed without any work. --cache def
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 import torch
 
+from dspark.models.cache import cache_root
 from dspark.models.targets.smollm2 import TARGETS, provide
-
-
-def default_cache() -> Path:
-    return Path(os.environ.get("DSPARK_CACHE") or Path.home() / ".cache" / "dspark")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     torch.set_num_threads(max(args.threads, 1))
     log = lambda msg: print(f"dspark provide-target: {msg}", file=sys.stderr)  # noqa: E731
-    directory = provide(args.cache or default_cache(), TARGETS[args.name], pip=(sys.executable, "-m", "pip"),
+    directory = provide(args.cache or cache_root(), TARGETS[args.name], pip=(sys.executable, "-m", "pip"),
                         progress=log)
     print(directory)
     return 0

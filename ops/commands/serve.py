@@ -15,7 +15,6 @@ SGLang unchanged. --dry-run prints the command and environment instead of starti
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import subprocess
 from dataclasses import replace
@@ -24,11 +23,11 @@ from pathlib import Path
 import torch
 
 from dspark.integration.runtime_state import SGLANG_POLICY, SPS_POLICIES, RuntimeState, compile_state
-from dspark.integration.server import (CPU_MAX_TOTAL_TOKENS, cpu_server_args, dspark_args, dspark_env, launch_command,
+from dspark.integration.server import (CPU_ENV, CPU_MAX_TOTAL_TOKENS, cpu_server_args, dspark_args, dspark_env, launch_command,
                                        server_environment)
 from dspark.kernels.allocate import POLICIES, THRESHOLD_ON
+from dspark.models.cache import cache_root
 from dspark.models.checkpoint import read_drafter_config
-from dspark.models.errors import ConfigError
 from dspark.models.training.run import load_target_config
 
 
@@ -98,12 +97,12 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str],
 
 def run(args: argparse.Namespace) -> int:
     command, env, cpu = server_command(args)
-    added = {**env, **({"SGLANG_USE_CPU_ENGINE": "1"} if cpu else {})}
+    added = {**env, **(CPU_ENV if cpu else {})}
     print(" ".join(f"{k}={shlex.quote(v)}" for k, v in added.items()), shlex.join(command))
     if args.dry_run:
         return 0
     # A neutral working directory: `python -m` puts it on sys.path, and a checkout's bare kernels/ would shadow
     # the `kernels` package SGLang depends on (all paths are absolute by now).
-    neutral = Path(os.environ.get("DSPARK_CACHE", Path.home() / ".cache" / "dspark")) / "serve"
+    neutral = cache_root() / "serve"
     neutral.mkdir(parents=True, exist_ok=True)
     return subprocess.call(command, env=server_environment(cpu, env), cwd=neutral)

@@ -4,7 +4,6 @@ The files are checked everywhere (slim, cards, same data and budget); loading th
 needs the SmolLM2 directory `make setup` provides, and is skipped, with the reason, where it is missing.
 """
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import torch
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from dspark.models.cache import cache_root
 from dspark.models.checkpoint import FROZEN_WEIGHTS, load_drafter, stores_frozen_weights
 from dspark.models.targets.smollm2 import is_provided, target_dir
 from dspark.models.target_features import capture_target_features
@@ -20,7 +20,7 @@ from dspark.models.training.run import target_fingerprint
 from tests.paths import EMBEDDED
 
 KINDS = ("dspark", "dflash", "eagle3")
-SMOLLM2 = target_dir(Path(os.environ.get("DSPARK_CACHE") or Path.home() / ".cache" / "dspark"))
+SMOLLM2 = target_dir(cache_root())
 MAX_COMMITTED_MB = 40
 
 

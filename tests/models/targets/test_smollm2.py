@@ -5,14 +5,13 @@ test reads the directory `make setup` provides ($DSPARK_CACHE/targets/smollm2-13
 with the reason, where setup has not provided it.
 """
 import copy
-import os
 import zipfile
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+from dspark.models.cache import cache_root
 from dspark.models.errors import DsparkError
 from dspark.models.targets.smollm2 import (
     SMOLLM2,
@@ -26,7 +25,7 @@ from dspark.models.targets.smollm2 import (
 )
 from tests.paths import EMBEDDED_TARGET
 
-CACHE = Path(os.environ.get("DSPARK_CACHE") or Path.home() / ".cache" / "dspark")
+CACHE = cache_root()
 
 
 @pytest.fixture(scope="module")
