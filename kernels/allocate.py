@@ -27,6 +27,11 @@ Policies:
   mtp1      one draft per request.
 All policies then respect max_batch_tokens (B <= it, floors always kept) by admitting in candidate order; with
 `sps`, its max_batch_tokens also applies. Each policy reads only drafter outputs, never the target's verdict.
+
+causal and lagged run as `confidence_admission_torch` (the reference) or `confidence_admission_triton`
+(kernels/jit/allocate.py: a stable rank per candidate, the goodput curve, the causal stop or the global
+argmax), picked by device (kernels/triton_launch.py) and tested equal. The Triton path never reads a value
+back to the host: its lengths stay on the device for the verify layout.
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ from typing import Optional, Union
 
 import torch
 
+from dspark.kernels import triton_launch
 from dspark.kernels.sps import SpsTable
 from dspark.models.errors import ConfigError
 
@@ -74,10 +80,8 @@ def allocate_verify_lengths(
     if policy in ("causal", "lagged"):
         if sps is None:
             raise ConfigError(f"the {policy} policy needs an SPS table (--sps-table; `dspark profile-sps` writes one)")
-        order, values = admission_order(survival, in_range & (survival > 0))
-        if policy == "causal":
-            n_admit = causal_admissions(survival, floor, values, sps, token_cap)
-        else:
+        lagged = None
+        if policy == "lagged":
             if lagged_confidence is None:
                 raise ConfigError("the lagged policy needs lagged_confidence (confidences from an earlier round)")
             check_confidence(lagged_confidence, "lagged_confidence")
@@ -85,12 +89,81 @@ def allocate_verify_lengths(
                 raise ConfigError(f"lagged_confidence has shape {tuple(lagged_confidence.shape)}, confidence "
                                   f"{tuple(confidence.shape)}: one row per request, gamma={gamma} positions each")
             lagged = lagged_confidence.to(device).double().cumprod(dim=1)
-            _, lagged_values = admission_order(lagged, in_range & (lagged > 0))
-            n_admit = min(budget_by_global_search(lagged, floor, lagged_values, sps, token_cap), values.numel())
+        admit = confidence_admission_triton if triton_launch.use_triton(confidence) else confidence_admission_torch
+        return admit(survival=survival, lagged_survival=lagged, floor=floor, in_range=in_range, sps=sps,
+                     token_cap=token_cap)
+    eligible = in_range & policy_eligible(policy, confidence, survival, slot, threshold, threshold_on, length)
+    order, _ = admission_order(survival, eligible)
+    return admitted_lengths(order, order.numel(), floor, gamma, token_cap)
+
+
+def confidence_admission_torch(*, survival: torch.Tensor, lagged_survival: Optional[torch.Tensor],
+                               floor: torch.Tensor, in_range: torch.Tensor, sps: SpsTable, token_cap: int) -> torch.Tensor:
+    """causal (lagged_survival None) or lagged admission. survival, lagged_survival: [R, gamma] float64
+    cumulative products; floor: [R] long; in_range: [R, gamma] bool (floor < j <= cap). -> lengths [R] long."""
+    order, values = admission_order(survival, in_range & (survival > 0))
+    if lagged_survival is None:
+        n_admit = causal_admissions(survival, floor, values, sps, token_cap)
     else:
-        eligible = in_range & policy_eligible(policy, confidence, survival, slot, threshold, threshold_on, length)
-        order, values = admission_order(survival, eligible)
-        n_admit = values.numel()
+        _, lagged_values = admission_order(lagged_survival, in_range & (lagged_survival > 0))
+        n_admit = min(budget_by_global_search(lagged_survival, floor, lagged_values, sps, token_cap), values.numel())
+    return admitted_lengths(order, n_admit, floor, survival.shape[1], token_cap)
+
+
+def confidence_admission_triton(*, survival: torch.Tensor, lagged_survival: Optional[torch.Tensor],
+                                floor: torch.Tensor, in_range: torch.Tensor, sps: SpsTable, token_cap: int) -> torch.Tensor:
+    kernels = triton_launch.load("allocate", survival)
+    R, gamma = survival.shape
+    base_batch = (R + floor.sum()).reshape(1)
+    ranks, count = stable_descending_ranks(kernels, survival, in_range)
+    if lagged_survival is None:
+        n_admit = device_goodput_search(kernels, survival, floor, ranks, count, base_batch, sps, token_cap, causal=True)
+    else:
+        lagged_ranks, lagged_count = stable_descending_ranks(kernels, lagged_survival, in_range)
+        n_admit = torch.minimum(device_goodput_search(kernels, lagged_survival, floor, lagged_ranks, lagged_count,
+                                                      base_batch, sps, token_cap, causal=False), count)
+    n_admit = n_admit.clamp(min=0).minimum(token_cap - base_batch)
+    return floor + (ranks.view(R, gamma) < n_admit).sum(dim=1)
+
+
+def stable_descending_ranks(kernels, survival: torch.Tensor, in_range: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(each candidate's rank in admission order [R * gamma] long, the eligible count [1] long); on device."""
+    keys = survival.masked_fill(~(in_range & (survival > 0)), -1.0).flatten().contiguous()
+    ranks = torch.empty_like(keys, dtype=torch.long)
+    if keys.numel():
+        kernels.admission_rank_kernel[(triton_launch.cdiv(keys.numel(), RANK_BLOCK),)](
+            keys, ranks, keys.numel(), BLOCK_I=RANK_BLOCK, BLOCK_J=RANK_BLOCK)
+    return ranks, (keys >= 0).sum().reshape(1)
+
+
+def device_goodput_search(kernels, survival, floor, ranks, count, base_batch, sps: SpsTable, token_cap: int, *,
+                          causal: bool) -> torch.Tensor:
+    """Admissions by Algorithm 1's stop (causal) or by the global argmax of Theta: [1] long on device."""
+    R, gamma = survival.shape
+    device = survival.device
+    in_floor = torch.arange(1, gamma + 1, device=device) <= floor[:, None]
+    tau0 = (R + (survival * in_floor).sum()).reshape(1)
+    keys = survival.masked_fill(ranks.view(R, gamma) >= count, 0.0).flatten()
+    in_order = torch.zeros_like(keys).scatter_(0, ranks, keys)  # rank -> survival
+    probes = torch.tensor(sps.sample_batch_tokens, dtype=torch.long, device=device)
+    steps = torch.tensor(sps.sample_steps_per_sec, dtype=torch.float64, device=device)
+    theta = torch.empty(keys.numel() + 1, dtype=torch.float64, device=device)
+    out = torch.empty(1, dtype=torch.long, device=device)
+    N, block = keys.numel(), min(SCAN_BLOCK, triton_launch.next_power_of_2(keys.numel()))
+    kernels.goodput_curve_kernel[(1,)](in_order, count, tau0, base_batch, probes, steps, theta, N, len(probes),
+                                       BLOCK=block)
+    search = kernels.causal_stop_kernel if causal else kernels.global_best_kernel
+    search[(1,)](theta, count, base_batch, token_cap, out, N, BLOCK=block)
+    return out
+
+
+RANK_BLOCK = 64  # candidates per rank program, and per inner comparison chunk
+SCAN_BLOCK = 1024  # candidates per chunk of the single-program goodput scan
+
+
+def admitted_lengths(order: torch.Tensor, n_admit: int, floor: torch.Tensor, gamma: int, token_cap: int) -> torch.Tensor:
+    """floor + the first n_admit candidates of `order` (flat r*gamma + j-1), within the token cap: [R] long."""
+    R = floor.shape[0]
     n_admit = max(0, min(n_admit, token_cap - R - int(floor.sum())))
     admitted_rows = torch.div(order[:n_admit], gamma, rounding_mode="floor")
     return floor + torch.bincount(admitted_rows, minlength=R)

@@ -1,7 +1,21 @@
-"""Fixtures shared by the whole suite: a tiny random Qwen3 target (never the committed embedded weights)."""
-import pytest
+"""Fixtures shared by the whole suite: a tiny random Qwen3 target (never the committed embedded weights).
+
+Without a GPU, dspark's Triton kernels (dspark.kernels.jit) are built by Triton's interpreter so that
+tests/kernels can run them on CPU tensors against their references. Triton decides at decoration time, for
+its own standard library too, and checks that later imports agree, so TRITON_INTERPRET=1 is set for the whole
+session before anything imports Triton (transformers does). The SGLang servers of tests/integration are
+started without it (tests/integration/conftest.py). With a GPU the kernels are compiled and tests/kernels runs
+them on CUDA tensors.
+"""
+import os
+
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest  # noqa: E402
+from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
 
 TINY_TARGET_CONFIG = dict(vocab_size=64, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
                           num_key_value_heads=2, head_dim=8, intermediate_size=64, tie_word_embeddings=True,

@@ -7,8 +7,10 @@ and W2 = Linear(r, V, no bias):
 - gated:   g_k = sigmoid(gate_proj([h_k ; W1[prev_k]])), logits_k = U_k + W2(g_k * W1[prev_k])
 - rnn:     [g, c, o] = joint_proj([s_{k-1} ; W1[prev_k] ; h_k]), s_k = sigmoid(g) s_{k-1} + (1 - sigmoid(g)) tanh(c),
            logits_k = U_k + W2(tanh(o)), s_0 = 0
+Each head computes a code z_k [rank] (`step_code`: W1[prev_k], g_k * W1[prev_k], tanh(o)); the bias is W2 z_k.
 Training is teacher-forced (`block_logits`: prev = data tokens); drafting is sequential (`sample_block`: prev =
-the token just drawn). Both run the same `step_bias`, so for the same tokens they give the same logits.
+the token just drawn, one `kernels.markov.markov_sample_step` per position: bias, logits and the draw, a Triton
+kernel on GPU). Both run the same `step_code`, so for the same tokens they give the same logits.
 Parameter names (markov_w1, markov_w2, gate_proj, joint_proj) are SGLang 0.5.23's checkpoint names.
 """
 from abc import ABC, abstractmethod
@@ -17,7 +19,7 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
-from dspark.kernels import warping
+from dspark.kernels.markov import markov_sample_step
 from dspark.kernels.warping import SamplingParams
 
 
@@ -38,9 +40,15 @@ class MarkovHead(nn.Module, ABC):
         return None
 
     @abstractmethod
+    def step_code(self, prev_tokens: torch.Tensor, hidden: torch.Tensor,
+                  state: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """prev_tokens [...], hidden [..., hidden] -> (code z [..., rank], next state)."""
+
     def step_bias(self, prev_tokens: torch.Tensor, hidden: torch.Tensor,
                   state: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """prev_tokens [...], hidden [..., hidden] -> (bias [..., vocab], next state)."""
+        """prev_tokens [...], hidden [..., hidden] -> (bias W2 z [..., vocab], next state)."""
+        code, state = self.step_code(prev_tokens, hidden, state)
+        return self.markov_w2(code), state
 
     def block_logits(self, base_logits: torch.Tensor, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
         """Teacher-forced correction of a whole block.
@@ -69,17 +77,16 @@ class MarkovHead(nn.Module, ABC):
         prev = anchor
         tokens, logits = [], []
         for k in range(base_logits.shape[1]):
-            bias, state = self.step_bias(prev, hidden[:, k], state)
-            step_logits = base_logits[:, k] + bias
-            prev = warping.sample(step_logits, sampling, generator)
+            code, state = self.step_code(prev, hidden[:, k], state)
+            prev, step_logits = markov_sample_step(base_logits[:, k], code, self.markov_w2.weight, sampling, generator)
             tokens.append(prev)
             logits.append(step_logits)
         return torch.stack(tokens, dim=1), torch.stack(logits, dim=1)
 
 
 class VanillaMarkovHead(MarkovHead):
-    def step_bias(self, prev_tokens, hidden, state):
-        return self.markov_w2(self.prev_embedding(prev_tokens)), state
+    def step_code(self, prev_tokens, hidden, state):
+        return self.prev_embedding(prev_tokens), state
 
 
 class GatedMarkovHead(MarkovHead):
@@ -87,10 +94,10 @@ class GatedMarkovHead(MarkovHead):
         super().__init__(vocab_size, rank)
         self.gate_proj = nn.Linear(hidden_size + rank, rank)
 
-    def step_bias(self, prev_tokens, hidden, state):
+    def step_code(self, prev_tokens, hidden, state):
         prev = self.prev_embedding(prev_tokens)
         gate = torch.sigmoid(self.gate_proj(torch.cat([hidden, prev], dim=-1)))
-        return self.markov_w2(gate * prev), state
+        return gate * prev, state
 
 
 class RNNMarkovHead(MarkovHead):
@@ -104,12 +111,12 @@ class RNNMarkovHead(MarkovHead):
     def initial_state(self, hidden):
         return hidden.new_zeros(hidden.shape[:-1] + (self.rank,))
 
-    def step_bias(self, prev_tokens, hidden, state):
+    def step_code(self, prev_tokens, hidden, state):
         z = torch.cat([state, self.prev_embedding(prev_tokens), hidden], dim=-1)
         gate_raw, candidate_raw, output_raw = self.joint_proj(z).chunk(3, dim=-1)
         gate = torch.sigmoid(gate_raw)
         state = gate * state + (1.0 - gate) * torch.tanh(candidate_raw)
-        return self.markov_w2(torch.tanh(output_raw)), state
+        return torch.tanh(output_raw), state
 
 
 def build_markov_head(head_type: str, vocab_size: int, rank: int, hidden_size: int) -> MarkovHead:

@@ -1,0 +1,12 @@
+"""tests/kernels runs each Triton kernel against its PyTorch reference on the device there is: CUDA when a GPU
+is present (`make gpu-check`), else CPU tensors through Triton's interpreter (tests/conftest.py builds the
+kernels that way)."""
+import pytest
+import torch
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture
+def device() -> str:
+    return DEVICE
