@@ -4,7 +4,7 @@ export DSPARK_CACHE
 PY := $(DSPARK_CACHE)/venv/bin/python
 DSPARK := $(DSPARK_CACHE)/venv/bin/dspark
 
-.PHONY: setup test demo serve bench bench-sched bench-sched-smollm2 bench-serve embedded-target drafters embedded-models
+.PHONY: setup test demo serve bench bench-sched bench-sched-smollm2 bench-serve gpu-check embedded-target drafters embedded-models
 
 setup:
 	bash scripts/setup_env.sh
@@ -57,6 +57,12 @@ bench-serve: setup
 	$(DSPARK) bench-serve --target $(SMOLLM2) --drafter embedded/smollm2-dspark \
 		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 8 --max-new-tokens 32 --concurrency 1 8 \
 		--policies causal fixed mtp1 --out bench/results/serve-smollm2
+
+# The GPU paths on one CUDA GPU, <= 10 minutes: the Triton kernels and FlashInfer paths against the references,
+# their speed against PyTorch and SGLang's own kernels at batch 1-256, and a FlashInfer-backend DSpark server
+# (README "GPU check"). Not part of `make test`: CI has no GPU. GPU_PYTHON / GPU_WHEELS: scripts/gpu_check.sh.
+gpu-check:
+	bash scripts/gpu_check.sh
 
 # Reproduce the committed embedded models (see the cards in embedded/*/README.md).
 embedded-models: embedded-target drafters
