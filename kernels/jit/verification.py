@@ -86,20 +86,16 @@ def sampled_accept_kernel(
     p_next = target_probs_ptr + (b * (K + 1) + accepted).to(tl.int64) * vocab
     q_next = draft_probs_ptr + (b * K + accepted).to(tl.int64) * vocab
     residual_mass = tl.zeros((), tl.float64)
+    p_mass = tl.zeros((), tl.float64)
     for start in range(0, vocab, BLOCK_V):
         offs = start + tl.arange(0, BLOCK_V)
         p = tl.load(p_next + offs, mask=offs < vocab, other=0.0)
         q = tl.load(q_next + offs, mask=(offs < vocab) & rejected, other=0.0)
         residual_mass += tl.sum(tl.maximum(p - q, 0.0).to(tl.float64), axis=0)
+        p_mass += tl.sum(p.to(tl.float64), axis=0)
     # p itself when not rejected (bonus), or when the residual is empty (p == q up to rounding)
     use_residual = rejected & (residual_mass > residual_eps)
-
-    total = tl.zeros((), tl.float64)
-    for start in range(0, vocab, BLOCK_V):
-        offs = start + tl.arange(0, BLOCK_V)
-        p = tl.load(p_next + offs, mask=offs < vocab, other=0.0)
-        q = tl.load(q_next + offs, mask=(offs < vocab) & use_residual, other=0.0)
-        total += tl.sum(tl.maximum(p - q, 0.0).to(tl.float64), axis=0)
+    total = tl.where(use_residual, residual_mass, p_mass)
     threshold = tl.load(final_uniforms_ptr + b).to(tl.float64) * total
     running = tl.zeros((), tl.float64)
     below = tl.zeros((), tl.int64)

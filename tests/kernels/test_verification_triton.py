@@ -114,3 +114,14 @@ def test_host_checks_name_the_bad_shape(device):
 
 def test_cpu_tensors_take_the_reference_by_default():
     assert not triton_launch.use_triton(torch.zeros(1))
+
+
+def test_an_empty_residual_falls_back_to_the_target(device):
+    """q = p rejected (a coin of exactly 1): max(p - q, 0) has no mass, so the next token is drawn from p."""
+    p = torch.softmax(torch.randn(3, 3, 20, generator=torch.Generator().manual_seed(3)), -1)
+    case = dict(target_probs=p.to(device), draft_probs=p[:, :2].contiguous().to(device),
+                draft_tokens=p[:, :2].argmax(-1).to(device), lengths=torch.tensor([2, 1, 2], device=device),
+                uniforms=torch.ones(3, 2, device=device), final_uniforms=torch.tensor([0.2, 0.5, 0.99], device=device))
+    ker = verify_sampled_triton(**case)
+    assert_same(verify_sampled_torch(**case), ker)
+    assert ker.accepted.tolist() == [0, 0, 0]
