@@ -44,7 +44,7 @@ bench-sched: setup
 # drafter costs about as much as the target itself, so no allocation policy can change its goodput much).
 bench-sched-smollm2: setup
 	$(DSPARK) bench-sched --target $(SMOLLM2) --drafter embedded/smollm2-dspark \
-		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 8 --concurrency 1 8 32 \
+		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 8 --concurrency 1 8 64 \
 		--simulate-to 1024 --max-new-tokens 24 --threads $(BENCH_SCHED_THREADS) --out bench/results/sched-smollm2
 BENCH_SCHED_THREADS ?= 2
 
