@@ -42,10 +42,11 @@ bench-sched: setup
 
 # The same on SmolLM2-135M-Instruct, whose verify forward dominates a round on this CPU (the embedded target's
 # drafter costs about as much as the target itself, so no allocation policy can change its goodput much).
+# About 70 minutes on 2 idle cores (the SPS profile up to 448 tokens, then 21 runs; 128 requests at concurrency 64).
 bench-sched-smollm2: setup
 	$(DSPARK) bench-sched --target $(SMOLLM2) --drafter embedded/smollm2-dspark \
 		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 8 --concurrency 1 8 64 \
-		--simulate-to 1024 --max-new-tokens 24 --threads $(BENCH_SCHED_THREADS) --out bench/results/sched-smollm2
+		--simulate-to 1024 --max-new-tokens 48 --threads $(BENCH_SCHED_THREADS) --out bench/results/sched-smollm2
 BENCH_SCHED_THREADS ?= 2
 
 # DSpark served by the real SGLang server (with dspark's plugin) against the target alone, both targets:
