@@ -6,6 +6,8 @@ vocabulary chunk); the sampling kernels one program per request, looping over th
 import triton
 import triton.language as tl
 
+from dspark.kernels.jit.verification import chunked_argmax
+
 
 @triton.jit
 def markov_logits_kernel(
@@ -38,17 +40,7 @@ def argmax_kernel(
     BLOCK_V: tl.constexpr,
 ):
     b = tl.program_id(0)
-    row = logits_ptr + b.to(tl.int64) * vocab
-    best = tl.full((), float("-inf"), tl.float32)
-    best_index = tl.zeros((), tl.int64)
-    for start in range(0, vocab, BLOCK_V):
-        offs = start + tl.arange(0, BLOCK_V)
-        x = tl.load(row + offs, mask=offs < vocab, other=float("-inf")).to(tl.float32)
-        chunk_max = tl.max(x, axis=0)
-        better = chunk_max > best
-        best_index = tl.where(better, tl.argmax(x, axis=0).to(tl.int64) + start, best_index)
-        best = tl.where(better, chunk_max, best)
-    tl.store(tokens_ptr + b, best_index)
+    tl.store(tokens_ptr + b, chunked_argmax(logits_ptr + b.to(tl.int64) * vocab, vocab, True, BLOCK_V))
 
 
 @triton.jit

@@ -9,10 +9,25 @@ import triton.language as tl
 
 
 @triton.jit
+def chunked_argmax(row, vocab, live, BLOCK_V: tl.constexpr):
+    """argmax of row[0:vocab] (first index on ties, as torch.argmax), BLOCK_V at a time; 0 when not live."""
+    best = tl.full((), float("-inf"), tl.float32)
+    best_index = tl.zeros((), tl.int64)
+    for start in range(0, vocab, BLOCK_V):
+        offs = start + tl.arange(0, BLOCK_V)
+        x = tl.load(row + offs, mask=(offs < vocab) & live, other=float("-inf")).to(tl.float32)
+        chunk_max = tl.max(x, axis=0)
+        better = chunk_max > best  # strict: an equal later maximum keeps the earlier index
+        best_index = tl.where(better, tl.argmax(x, axis=0).to(tl.int64) + start, best_index)
+        best = tl.where(better, chunk_max, best)
+    return best_index
+
+
+@triton.jit
 def row_argmax_kernel(
     logits_ptr,  # [bs, K+1, vocab] float (any float dtype), contiguous
     lengths_ptr,  # [bs] int64: slots past lengths[b] are skipped
-    out_ptr,  # [bs, K+1] int64: argmax of each needed slot (first index on ties, as torch.argmax)
+    out_ptr,  # [bs, K+1] int64: argmax of each needed slot
     K, vocab,
     BLOCK_V: tl.constexpr,
 ):
@@ -20,17 +35,7 @@ def row_argmax_kernel(
     slot = tl.program_id(1)
     needed = slot <= tl.load(lengths_ptr + b)
     row = logits_ptr + (b * (K + 1) + slot).to(tl.int64) * vocab
-    best = tl.full((), float("-inf"), tl.float32)
-    best_index = tl.zeros((), tl.int64)
-    for start in range(0, vocab, BLOCK_V):
-        offs = start + tl.arange(0, BLOCK_V)
-        x = tl.load(row + offs, mask=(offs < vocab) & needed, other=float("-inf")).to(tl.float32)
-        chunk_max = tl.max(x, axis=0)
-        chunk_index = tl.argmax(x, axis=0).to(tl.int64) + start
-        better = chunk_max > best  # strict: an equal later maximum keeps the earlier index
-        best_index = tl.where(better, chunk_index, best_index)
-        best = tl.where(better, chunk_max, best)
-    tl.store(out_ptr + b * (K + 1) + slot, best_index)
+    tl.store(out_ptr + b * (K + 1) + slot, chunked_argmax(row, vocab, needed, BLOCK_V))
 
 
 @triton.jit
