@@ -16,6 +16,16 @@ SGLang reuses the row for a new request (`req_to_token_pool.req_generation`). Th
 the state's STS temperatures to the confidence head when the state changes (null: those SGLang loaded).
 Policy `sglang` leaves both calls to SGLang. These hooks run only in ragged-verify modes
 (`SGLANG_RAGGED_VERIFY_MODE=compact|cap-accept`), where SGLang plans per-request lengths at all.
+
+Under tensor parallelism each TP rank runs its own scheduler and planner on the same batch, and every rank must
+plan the same lengths, or their ragged layouts disagree and the verify collectives hang or mix requests. The
+confidences (draft model), request-pool rows and generations are replicated by SGLang, and so is the runtime
+state: TP rank 0's scheduler alone receives `/set_internal_state` and broadcasts it with the other requests at
+the start of a loop iteration (sglang/srt/managers/scheduler_components/request_receiver.py
+`SchedulerRequestReceiver.recv_requests` -> `_broadcast_reqs_across_ranks` -> `broadcast_pyobj`, then
+managers/scheduler.py `Scheduler.ingest_requests` -> `process_input_requests`), so every rank swaps it in at
+the same round boundary. The one rank-local input is the RoundClock's wall-clock overhead: each round, every
+rank plans on rank 0's (`agreed_overhead`, over the gloo group of the ranks that run the batch).
 """
 from __future__ import annotations
 
@@ -26,9 +36,11 @@ from dataclasses import replace
 from typing import Optional
 
 import torch
+import torch.distributed
 
 from dspark.integration.runtime_state import RuntimeStateStore
 from dspark.kernels.sps import SpsTable
+from dspark.models.decoding.verify_length import VerifyLengthPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -93,11 +105,46 @@ class RoundClock:
 clock = RoundClock()
 
 
+def batch_group() -> Optional[torch.distributed.ProcessGroup]:
+    """The CPU (gloo) group of the TP ranks that run this scheduler's batch (attention-TP under DP attention;
+    the one DSpark's own rank-0 broadcasts use), or None on a single rank."""
+    from sglang.srt.layers.dp_attention import get_dp_tp_group
+
+    group = get_dp_tp_group()
+    return group.cpu_group if group.world_size > 1 else None
+
+
+def agreed_overhead(local: float, group: Optional[torch.distributed.ProcessGroup]) -> float:
+    """Rank 0's overhead estimate on every rank of `group` (None: `local`).
+
+    A collective: every rank of the group calls it in the same round, which holds because they plan the same
+    batches under the same state."""
+    if group is None:
+        return local
+    value = torch.tensor([local], dtype=torch.float64)
+    torch.distributed.broadcast(value, group=group, group_src=0)
+    return float(value)
+
+
+def plan_lengths(policy: VerifyLengthPolicy, confidence: torch.Tensor, lagged: Optional[torch.Tensor],
+                 max_length: torch.Tensor, clock: RoundClock, group: Optional[torch.distributed.ProcessGroup],
+                 now: float) -> torch.Tensor:
+    """One round's [R] verify lengths, with causal and lagged planning on the table plus the group's agreed
+    overhead; `now` is the round's start (time.perf_counter())."""
+    if policy.sps is not None:
+        clock.observe(now, policy.sps)
+        policy = replace(policy, sps=policy.sps.with_overhead(agreed_overhead(clock.overhead(), group)))
+    lengths = policy.lengths(confidence, lagged, max_length)
+    clock.planned(now, len(lengths) + int(lengths.sum()))
+    return lengths
+
+
 def _init_store(result, planner, *args, **kwargs) -> None:
     global store
     from sglang.srt.runtime_context import get_spec
 
     store = RuntimeStateStore.from_environment(planner.gamma, get_spec().speculative_dspark_sps_table_path)
+    planner._dspark_group = batch_group()
     planner._dspark_history = {}  # request-pool row -> (generation, confidence [gamma]) of its last round
     planner._dspark_version = -1
     planner._dspark_verify_lens = None
@@ -146,13 +193,8 @@ def _resolve_budget(original, planner, *, draft_input, confidence, prefix_lens, 
     max_length = torch.full((requests,), state.max_verify_length if state.max_verify_length is not None else gamma)
     if state.budget_fraction is not None:
         policy = replace(policy, max_batch_tokens=requests + int(state.budget_fraction * requests * gamma))
-    now = time.perf_counter()
-    if policy.sps is not None:
-        clock.observe(now, policy.sps)
-        policy = replace(policy, sps=policy.sps.with_overhead(clock.overhead()))
-    lengths = policy.lengths(current, lagged, max_length)
+    lengths = plan_lengths(policy, current, lagged, max_length, clock, planner._dspark_group, time.perf_counter())
     drafts = int(lengths.sum())
-    clock.planned(now, requests + drafts)
     trace.note(requests, drafts)
     planner._dspark_verify_lens = (1 + lengths).to(device=planner.device, dtype=torch.int32)
     draft_input.verify_token_budget = drafts
