@@ -3,36 +3,46 @@
     POST /set_internal_state {"server_args": {"dspark": {"policy": "threshold", "threshold": 0.4}}}
       -> [true], or HTTP 400 {"object": "error", "message": "<what is wrong>", ...} (SGLang's error body) with
          nothing changed when the merged state is invalid
-    GET /get_server_info -> internal_states[i]["dspark"] = the state, its version, gamma, last_rejection,
-                            the mean verify budget of the rounds since the last change, and the measured
+    POST /set_internal_state {"server_args": {"dspark": {"set": {...}, "expected_version": 3, "caller": "x"}}}
+      -> [{"applied": true, "version": 4, "state": {...}}] per scheduler; HTTP 409 when version 3 is no longer
+         current (the envelope forms, rollbacks and validate_only: runtime_state.py)
+    GET /get_server_info -> internal_states[i]["dspark"] = the state, its version, gamma, last_rejection, the
+                            kept history, the mean verify budget of the rounds since the last change, the
+                            counters since start (`totals`, for per-interval stats), and the measured
                             per-round overhead the SPS policies add to the table (planner.RoundClock)
 
 Both go through SGLang's scheduler-side controller (`SchedulerInternalStateController`), which runs in
-the scheduler's own loop, so an update lands between rounds. The gRPC control plane drives the same key.
+the scheduler's own loop, so an update lands between rounds; under tensor parallelism TP rank 0 receives the
+request and hands it to every rank before the same loop iteration. The gRPC control plane (ops/admin/) drives
+the same key with the envelope form.
 SGLang types the request body as numbers only (`Dict[str, Union[int, float]]`); the plugin replaces the
 request class with one that also carries the `dspark` object (admin_request.py). SGLang answers a refused
 update with a bare `false` (the reason goes to the scheduler's log); for the `dspark` key the reason
-travels back with the reply and the endpoint answers 400 with it.
+travels back with the reply and the endpoint answers 400 with it (409 for a version conflict).
 """
 from __future__ import annotations
 
 from typing import Optional
 
 from dspark.integration import planner
+from dspark.integration.runtime_state import VersionConflict, is_envelope
 from dspark.models.errors import ConfigError
 
 KEY = "dspark"
 CONTROLLER = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
 
 
-# The reason the current /set_internal_state call refused the dspark key (scheduler process; one call at a time).
+# The current /set_internal_state call's outcome for the dspark key (scheduler process; one call at a time):
+# why it was refused (and whether for a version conflict), or what an envelope-form update applied.
 _refusal: Optional[str] = None
+_conflict = False
+_applied: Optional[dict] = None
 
 
 def _validate(key: str, value) -> None:
     from sglang.srt.managers.scheduler_components.internal_state import UpdateRejected
 
-    global _refusal
+    global _refusal, _conflict
     if planner.store is None:
         _refusal = (f"{key} requires a DSpark draft worker with dspark's planner "
                     f"(--speculative-algorithm DSPARK and a ragged verify mode)")
@@ -40,7 +50,7 @@ def _validate(key: str, value) -> None:
     try:
         planner.store.check(value)
     except ConfigError as err:
-        _refusal = str(err)
+        _refusal, _conflict = str(err), isinstance(err, VersionConflict)
         raise UpdateRejected(_refusal) from None
 
 
@@ -48,31 +58,40 @@ def _reply_with_reason(original, controller, recv_req):
     """Scheduler side: a refused dspark update's reply carries the reason."""
     import msgspec
 
-    from dspark.integration.admin_request import RejectedInternalStateReqOutput
+    from dspark.integration.admin_request import AppliedInternalStateReqOutput, RejectedInternalStateReqOutput
 
-    global _refusal
-    _refusal = None
+    global _refusal, _conflict, _applied
+    _refusal, _conflict, _applied = None, False, None
     reply = original(controller, recv_req)
-    if reply.updated or _refusal is None:
+    fields = msgspec.structs.asdict(reply)
+    if reply.updated:
+        return reply if _applied is None else AppliedInternalStateReqOutput(**fields, dspark=_applied)
+    if _refusal is None:
         return reply
-    return RejectedInternalStateReqOutput(**msgspec.structs.asdict(reply), reason=_refusal)
+    return RejectedInternalStateReqOutput(**fields, reason=_refusal, conflict=_conflict)
 
 
 async def _answer_400_with_reason(original, manager, obj):
-    """HTTP side: SGLang's own answer ([true] / [false] per scheduler), or 400 naming why dspark refused."""
+    """HTTP side: SGLang's own answer ([true] / [false] per scheduler), each scheduler's outcome for an
+    envelope-form dspark update, or 400 (409: a version conflict) naming why dspark refused."""
     from fastapi import HTTPException
 
     manager.auto_create_handle_loop()
     replies = await manager.set_internal_state_communicator(obj)
     reasons = [reply.reason for reply in replies if getattr(reply, "reason", None)]
     if reasons:
-        raise HTTPException(status_code=400, detail="; ".join(dict.fromkeys(reasons)))
-    return [reply.updated for reply in replies]
+        conflict = any(getattr(reply, "conflict", False) for reply in replies)
+        raise HTTPException(status_code=409 if conflict else 400, detail="; ".join(dict.fromkeys(reasons)))
+    return [getattr(reply, "dspark", None) or reply.updated for reply in replies]
 
 
 def _apply(key: str, value) -> None:
-    planner.store.update(value)
-    planner.trace.reset()  # budgets are reported per state
+    global _applied
+    outcome = planner.store.update(value)
+    if outcome["applied"]:
+        planner.trace.reset()  # budgets are reported per state
+    if is_envelope(value):  # the envelope form answers with what it did
+        _applied = outcome
 
 
 def _with_dspark_handler(original, controller):
@@ -83,7 +102,11 @@ def _with_dspark_handler(original, controller):
 
 def _report(result, controller, state: dict) -> None:
     if planner.store is not None:
-        state[KEY] = {**planner.store.report(), **planner.trace.report(), "step_overhead_s": planner.clock.overhead()}
+        reporter = controller.scheduler.metrics_reporter  # SGLang's acceptance counters, updated per log interval
+        totals = {**planner.trace.totals(), "accepted_tokens": reporter.spec_total_num_accept_tokens,
+                  "verify_forwards": reporter.spec_total_num_forward_ct}
+        state[KEY] = {**planner.store.report(), **planner.trace.report(), "totals": totals,
+                      "step_overhead_s": planner.clock.overhead()}
 
 
 def install() -> None:

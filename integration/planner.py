@@ -49,9 +49,11 @@ store: Optional[RuntimeStateStore] = None
 
 
 class PlannerTrace:
-    """Verify budgets of the rounds since the runtime state last changed, for /get_server_info."""
+    """Verify budgets of the rounds since the runtime state last changed, and counters since start (the admin
+    API's per-interval stats are differences of these), for /get_server_info."""
 
     def __init__(self):
+        self.total = {"rounds": 0, "requests": 0, "drafts": 0}
         self.reset()
 
     def reset(self) -> None:
@@ -61,9 +63,14 @@ class PlannerTrace:
         self.rounds += 1
         self.requests += requests
         self.drafts += drafts
+        for key, value in (("rounds", 1), ("requests", requests), ("drafts", drafts)):
+            self.total[key] += value
 
     def report(self) -> dict:
         return {"rounds": self.rounds, "mean_verify_budget": self.drafts / max(self.requests, 1)}
+
+    def totals(self) -> dict:
+        return dict(self.total)
 
 
 trace = PlannerTrace()
@@ -190,9 +197,7 @@ def _resolve_budget(original, planner, *, draft_input, confidence, prefix_lens, 
     current = confidence.detach().float().to("cpu")
     requests, gamma = current.shape
     lagged = lagged_confidence(planner, req_pool_indices, current) if state.policy == "lagged" else None
-    max_length = torch.full((requests,), state.max_verify_length if state.max_verify_length is not None else gamma)
-    if state.budget_fraction is not None:
-        policy = replace(policy, max_batch_tokens=requests + int(state.budget_fraction * requests * gamma))
+    max_length = torch.full((requests,), gamma)  # the policy applies max_verify_length and the budget caps
     lengths = plan_lengths(policy, current, lagged, max_length, clock, planner._dspark_group, time.perf_counter())
     drafts = int(lengths.sum())
     trace.note(requests, drafts)

@@ -1,150 +1,172 @@
-"""The one live-tunable state of dspark's verify planner inside SGLang, validated as a whole.
+"""The one live-tunable state of dspark's verify planner inside SGLang: versioned, validated whole, undoable.
 
-    policy              causal | lagged | threshold | fixed | mtp1 (dspark.kernels.allocate), or `sglang`
-                        for SGLang's built-in planner (global argmax budget + top-k), kept for comparison
-    threshold           threshold policy: the survival (or per-position confidence) cut-off
-    threshold_on        survival | confidence
-    min_verify_length   drafts every request verifies at least (0..gamma)
-    max_verify_length   drafts any request verifies at most (null: gamma)
-    budget_fraction     (0, 1] cap on the drafts verified per round, as a fraction of requests * gamma
-    sps_table           path of the SPS table (SGLang's SpsCostTable JSON) that causal and lagged read
-    sts_temperatures    gamma per-position STS temperatures of the confidence head (null: leave as loaded)
+The state is a `VerifySettings` (models/decoding/settings.py: every setting's name, default, range and
+validation). The initial state comes from the JSON in `DSPARK_RUNTIME_STATE` (`dspark serve` writes it from
+its flags); SGLang's `--speculative-dspark-sps-table-path` fills `sps_table` when the JSON has none.
 
-The initial state comes from the JSON in `DSPARK_RUNTIME_STATE` (`dspark serve` writes it from its
-flags); SGLang's `--speculative-dspark-sps-table-path` fills `sps_table` when the JSON has none. At run
-time `/set_internal_state {"server_args": {"dspark": {...changes}}}` merges the changes, validates the
-result and swaps it in whole; the scheduler reads it at the start of each round, so a round never sees
-half an update. A rejected update leaves the running state untouched and its reason is reported under
-`dspark.last_rejection` in `/get_server_info`.
+An update is the value of the `dspark` key of `/set_internal_state {"server_args": {"dspark": ...}}`, in one
+of two forms:
+
+    {"policy": "threshold", "threshold": 0.4}                      settings to merge (caller "http")
+    {"set": {...settings}, "expected_version": 3, "caller": "alice", "validate_only": false}
+    {"rollback_to": "previous" | <version>, "expected_version": 3, "caller": "alice"}
+
+The merged state is validated whole against the drafter's gamma and swapped in between rounds (the scheduler
+reads it at the start of each round), so no round sees half an update. A refused update changes nothing; its
+reason is kept as `last_rejection`. Each accepted change gets the next version (no gaps; validate_only
+changes nothing) and a history entry (who, when, what), the last HISTORY of which are kept. `expected_version`
+makes an update conditional: on any other current version it is refused as a `VersionConflict`. A rollback
+installs the state of an earlier version (default: the one before the current) as a new version.
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Optional
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any, Optional, Union
 
 import torch
 
-from dspark.kernels.allocate import POLICIES
-from dspark.kernels.sps import SpsTable, load_sps
+from dspark.kernels.sps import SpsTable
+from dspark.models.decoding.settings import SGLANG_POLICY, VerifySettings
+from dspark.models.decoding.sps_profile import load_sps
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
 
 ENV_VAR = "DSPARK_RUNTIME_STATE"
-SGLANG_POLICY = "sglang"
-SPS_POLICIES = ("causal", "lagged")  # the policies that read the SPS table
+HISTORY = 32
+ENVELOPE_KEYS = ("set", "rollback_to", "expected_version", "caller", "validate_only")
+PREVIOUS = "previous"
 
 
-@dataclass(frozen=True)
-class RuntimeState:
-    policy: str = "causal"
-    threshold: Optional[float] = None
-    threshold_on: str = "survival"
-    min_verify_length: int = 0
-    max_verify_length: Optional[int] = None
-    budget_fraction: Optional[float] = None
-    sps_table: Optional[str] = None
-    sts_temperatures: Optional[tuple[float, ...]] = None
-
-    @classmethod
-    def from_dict(cls, raw: Any, base: Optional["RuntimeState"] = None) -> "RuntimeState":
-        """`base` (default: all defaults) with the keys of `raw` replaced; unknown keys are an error."""
-        if not isinstance(raw, dict):
-            raise ConfigError(f"dspark runtime state must be a JSON object, got {type(raw).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ConfigError(f"unknown dspark runtime setting(s) {unknown}; known: {sorted(known)}")
-        changes = dict(raw)
-        if changes.get("sts_temperatures") is not None:
-            if not isinstance(changes["sts_temperatures"], (list, tuple)):
-                raise ConfigError("sts_temperatures must be a list of per-position temperatures or null")
-            changes["sts_temperatures"] = tuple(changes["sts_temperatures"])
-        return replace(base or cls(), **changes)
-
-    def to_dict(self) -> dict:
-        state = asdict(self)
-        state["sts_temperatures"] = list(self.sts_temperatures) if self.sts_temperatures is not None else None
-        return state
+class VersionConflict(ConfigError):
+    """An update made against a version that is no longer the current one."""
 
 
 @dataclass(frozen=True)
 class Planner:
     """A validated state, compiled into what a round needs."""
-    state: RuntimeState
+    state: VerifySettings
     policy: Optional[VerifyLengthPolicy]  # None: SGLang's built-in planner
     sts_temperatures: Optional[torch.Tensor]
 
 
-def _number(name: str, value: Any, kind: type) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int)):
-        raise ConfigError(f"{name} must be {'a number' if kind is float else 'an integer'} or null, got {value!r}")
+@dataclass(frozen=True)
+class Update:
+    changes: Optional[dict]  # settings to merge; None for a rollback
+    rollback_to: Union[int, str, None] = None
+    expected_version: Optional[int] = None
+    caller: str = "http"
+    validate_only: bool = False
 
 
-def compile_state(state: RuntimeState, gamma: int) -> Planner:
-    """Validate every setting against each other and the drafter's gamma; a ConfigError names the first problem."""
-    if state.policy not in POLICIES + (SGLANG_POLICY,):
-        raise ConfigError(f"policy must be one of {list(POLICIES + (SGLANG_POLICY,))}, got {state.policy!r}")
-    for name, kind in (("threshold", float), ("min_verify_length", int), ("max_verify_length", int),
-                       ("budget_fraction", float)):
-        _number(name, getattr(state, name), kind)
-    if not 0 <= state.min_verify_length <= gamma:
-        raise ConfigError(f"min_verify_length must be in 0..{gamma} (gamma), got {state.min_verify_length}")
-    if state.max_verify_length is not None and not state.min_verify_length <= state.max_verify_length <= gamma:
-        raise ConfigError(f"max_verify_length must be in min_verify_length..gamma = "
-                          f"{state.min_verify_length}..{gamma}, got {state.max_verify_length}")
-    if state.budget_fraction is not None and not 0.0 < state.budget_fraction <= 1.0:
-        raise ConfigError(f"budget_fraction must be in (0, 1] or null, got {state.budget_fraction}")
-    sts = None
-    if state.sts_temperatures is not None:
-        sts = torch.tensor([float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else float("nan")
-                            for t in state.sts_temperatures])
-        if sts.numel() != gamma or not bool(torch.all(torch.isfinite(sts) & (sts > 0))):
-            raise ConfigError(f"sts_temperatures must be {gamma} (gamma) finite positive numbers, "
-                              f"got {list(state.sts_temperatures)}")
+@dataclass(frozen=True)
+class Change:
+    """One accepted version: what it set, who set it and when."""
+    version: int
+    state: VerifySettings
+    caller: str
+    time: float  # unix seconds
+    action: str  # initial | update | rollback
+
+    def to_dict(self) -> dict:
+        return {"version": self.version, "caller": self.caller, "time": self.time, "action": self.action,
+                "state": self.state.to_dict()}
+
+
+def compile_state(state: VerifySettings, gamma: int) -> Planner:
+    """Check the state against the drafter's gamma and load its SPS table; a ConfigError names the problem."""
+    state.check_gamma(gamma)
+    sts = torch.tensor(state.sts_temperatures) if state.sts_temperatures is not None else None
     table: Optional[SpsTable] = load_sps(state.sps_table) if state.sps_table is not None else None
     if state.policy == SGLANG_POLICY:
         return Planner(state, None, sts)
-    if state.policy in SPS_POLICIES and table is None:
-        raise ConfigError(f"policy {state.policy!r} needs an SPS table (sps_table, or "
-                          f"--speculative-dspark-sps-table-path)")
-    policy = VerifyLengthPolicy(state.policy, sps=table, threshold=state.threshold, threshold_on=state.threshold_on,
-                                min_length=state.min_verify_length)
-    return Planner(state, policy, sts)
+    return Planner(state, VerifyLengthPolicy(state, table), sts)
+
+
+def is_envelope(value: Any) -> bool:
+    """Whether an update is the envelope form (set / rollback_to) rather than bare settings."""
+    return isinstance(value, dict) and bool({"set", "rollback_to"} & set(value))
+
+
+def parse_update(value: Any) -> Update:
+    """Either form of the module docstring; a ConfigError names what is malformed."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"a dspark update must be a JSON object, got {type(value).__name__}")
+    if not is_envelope(value):
+        return Update(changes=value)
+    unknown = sorted(set(value) - set(ENVELOPE_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown key(s) {unknown} in a dspark update; known: {list(ENVELOPE_KEYS)}")
+    if ("set" in value) == ("rollback_to" in value):
+        raise ConfigError("a dspark update has either `set` or `rollback_to`, not both")
+    expected, caller = value.get("expected_version"), value.get("caller", "http")
+    rollback_to = value.get("rollback_to")
+    if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)):
+        raise ConfigError(f"expected_version must be an integer or null, got {expected!r}")
+    if not isinstance(caller, str) or not isinstance(value.get("validate_only", False), bool):
+        raise ConfigError("caller must be a string and validate_only a boolean")
+    if "rollback_to" in value and rollback_to != PREVIOUS and (isinstance(rollback_to, bool)
+                                                             or not isinstance(rollback_to, int)):
+        raise ConfigError(f"rollback_to must be a version number or {PREVIOUS!r}, got {rollback_to!r}")
+    return Update(value.get("set"), rollback_to if "rollback_to" in value else None, expected, caller,
+                  value.get("validate_only", False))
 
 
 class RuntimeStateStore:
-    """The process's current planner; `update` is all-or-nothing."""
+    """The process's current planner, its version and its recent history; `update` is all-or-nothing."""
 
-    def __init__(self, initial: RuntimeState, gamma: int):
-        self.gamma = gamma
+    def __init__(self, initial: VerifySettings, gamma: int, clock=time.time):
+        self.gamma, self.clock = gamma, clock
         self.planner = compile_state(initial, gamma)
         self.version = 0
+        self.history: deque[Change] = deque([Change(0, initial, "startup", clock(), "initial")], maxlen=HISTORY)
         self.last_rejection: Optional[str] = None
 
     @classmethod
     def from_environment(cls, gamma: int, sps_table: Optional[str]) -> "RuntimeStateStore":
-        raw = json.loads(os.environ.get(ENV_VAR) or "{}")
-        state = RuntimeState.from_dict(raw)
+        state = VerifySettings.from_dict(json.loads(os.environ.get(ENV_VAR) or "{}"))
         if state.sps_table is None and sps_table:
             state = replace(state, sps_table=sps_table)
         return cls(state, gamma)
 
-    def check(self, changes: Any) -> Planner:
-        """The planner `changes` would give, or a ConfigError (remembered as last_rejection)."""
+    def check(self, value: Any) -> tuple[Planner, Update]:
+        """The planner `value` would give and the parsed update, or a ConfigError (remembered as last_rejection)."""
         try:
-            return compile_state(RuntimeState.from_dict(changes, self.planner.state), self.gamma)
-        except (ConfigError, TypeError) as err:
+            update = parse_update(value)
+            if update.expected_version is not None and update.expected_version != self.version:
+                raise VersionConflict(f"expected version {update.expected_version}, the current version is "
+                                      f"{self.version}: read the state again and redo the change")
+            state = (self.rolled_back_state(update.rollback_to) if update.changes is None
+                     else VerifySettings.from_dict(update.changes, self.planner.state))
+            return compile_state(state, self.gamma), update
+        except ConfigError as err:
             self.last_rejection = f"dspark runtime state update rejected: {err}"
-            raise ConfigError(self.last_rejection) from None
+            raise type(err)(self.last_rejection) from None
 
-    def update(self, changes: Any) -> RuntimeState:
-        self.planner = self.check(changes)
-        self.version += 1
+    def rolled_back_state(self, to: Union[int, str]) -> VerifySettings:
+        kept = [change.version for change in self.history]
+        if to == PREVIOUS:
+            if len(self.history) < 2:
+                raise ConfigError(f"there is no version before {self.version} to roll back to")
+            return self.history[-2].state
+        for change in self.history:
+            if change.version == to:
+                return change.state
+        raise ConfigError(f"version {to} is not in the kept history (versions {kept[0]}..{kept[-1]})")
+
+    def update(self, value: Any) -> dict:
+        """Apply an update (either form): {"applied", "version", "state"} (validate_only: the state it would give)."""
+        planner, update = self.check(value)
         self.last_rejection = None
-        return self.planner.state
+        if not update.validate_only:
+            self.planner, self.version = planner, self.version + 1
+            action = "update" if update.changes is not None else "rollback"
+            self.history.append(Change(self.version, planner.state, update.caller, self.clock(), action))
+        return {"applied": not update.validate_only, "version": self.version, "state": planner.state.to_dict()}
 
     def report(self) -> dict:
         return {**self.planner.state.to_dict(), "gamma": self.gamma, "version": self.version,
-                "last_rejection": self.last_rejection}
+                "last_rejection": self.last_rejection, "history": [c.to_dict() for c in self.history]}

@@ -35,22 +35,27 @@ def sps_cache_path(target: Path, device: str, dtype: torch.dtype) -> Path:
     return cache_root() / "sps" / f"{target.name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
 
 
-def profile_at_start(target: Path, device: str, dtype: torch.dtype, tokens_per_request: int,
-                     max_requests: int) -> Path:
-    """The cached SPS table of this target on this machine, profiled now if there is none."""
+def profile_table(target: Path, device: str, dtype: torch.dtype, tokens_per_request: int, max_requests: int):
+    """The SPS table of `target` on `device`, measured now (verify-shaped probes up to a full batch of blocks)."""
     from dspark.models.decoding.loading import load_target
     from dspark.models.decoding.sps_profile import probe_sizes, profile_sps
 
+    largest = min(MAX_PROBE_TOKENS, max_requests * tokens_per_request)
+    logger.info("dspark: profiling %s on %s up to %d tokens per verify", target, device, largest)
+    model = load_target(target, device, dtype).model
+    table, _ = profile_sps(model, probe_sizes(largest, tokens_per_request), tokens_per_request=tokens_per_request,
+                           warmup=1, repeats=3)
+    return table
+
+
+def profile_at_start(target: Path, device: str, dtype: torch.dtype, tokens_per_request: int,
+                     max_requests: int) -> Path:
+    """The cached SPS table of this target on this machine, profiled now if there is none."""
     path = sps_cache_path(target, device, dtype)
     if path.is_file():
         logger.info("dspark: SPS table %s (profiled on an earlier start)", path)
         return path
-    largest = min(MAX_PROBE_TOKENS, max_requests * tokens_per_request)
-    logger.info("dspark: no SPS table given; profiling %s on %s up to %d tokens per verify", target, device, largest)
-    model = load_target(target, device, dtype).model
-    table, _ = profile_sps(model, probe_sizes(largest, tokens_per_request), tokens_per_request=tokens_per_request,
-                           warmup=1, repeats=3)
-    del model
+    table = profile_table(target, device, dtype, tokens_per_request, max_requests)
     path.parent.mkdir(parents=True, exist_ok=True)
     table.save(path)
     logger.info("dspark: SPS table %s: %s", path, table.to_json())

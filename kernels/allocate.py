@@ -23,7 +23,7 @@ Policies:
             then the first K candidates of this round's order are admitted (a top-K by current survival).
   threshold d_j is eligible while every c_{r,i<=j} >= threshold (on="confidence") or a_{r,j} >= threshold
             (on="survival"): a static confidence threshold, as in EAGLE-2/DeepSpec.
-  fixed     every draft up to `length` (default gamma): the DeepSpec evaluation protocol.
+  fixed     every draft up to the cap: the DeepSpec evaluation protocol.
   mtp1      one draft per request.
 All policies then respect max_batch_tokens (B <= it, floors always kept) by admitting in candidate order; with
 `sps`, its max_batch_tokens also applies. Each policy reads only drafter outputs, never the target's verdict.
@@ -41,11 +41,7 @@ import torch
 
 from dspark.kernels import triton_launch
 from dspark.kernels.sps import SpsTable
-from dspark.models.errors import ConfigError
-
-POLICIES = ("causal", "lagged", "threshold", "fixed", "mtp1")
-CONFIDENCE_POLICIES = ("causal", "lagged", "threshold")  # the ones that read the confidences
-THRESHOLD_ON = ("survival", "confidence")
+POLICIES = ("causal", "lagged", "threshold", "fixed", "mtp1")  # the algorithms; settings: models/decoding/settings.py
 IntOrPerRequest = Union[int, torch.Tensor]  # a scalar, or [R] long
 
 
@@ -57,7 +53,6 @@ def allocate_verify_lengths(
     lagged_confidence: Optional[torch.Tensor] = None,  # lagged: [R, gamma], at least one round old
     threshold: Optional[float] = None,  # threshold
     threshold_on: str = "survival",  # threshold: "survival" (a_j) or "confidence" (each c_i)
-    length: Optional[int] = None,  # fixed: drafts per request (default gamma)
     min_length: int = 0,
     max_length: Optional[IntOrPerRequest] = None,  # e.g. each request's remaining token budget
     max_batch_tokens: Optional[int] = None,
@@ -71,7 +66,7 @@ def allocate_verify_lengths(
     if max_length is not None:
         cap = torch.as_tensor(max_length, device=device).long().expand(R).clamp(0, gamma)
     if min_length < 0:
-        raise ConfigError(f"min_length must be >= 0, got {min_length}")
+        raise ValueError(f"min_length must be >= 0, got {min_length}")
     floor = cap.clamp(max=min_length)
     slot = torch.arange(1, gamma + 1, device=device)  # j
     in_range = (slot > floor[:, None]) & (slot <= cap[:, None])
@@ -79,20 +74,20 @@ def allocate_verify_lengths(
 
     if policy in ("causal", "lagged"):
         if sps is None:
-            raise ConfigError(f"the {policy} policy needs an SPS table (--sps-table; `dspark profile-sps` writes one)")
+            raise ValueError(f"the {policy} policy needs an SPS table (--sps-table; `dspark profile-sps` writes one)")
         lagged = None
         if policy == "lagged":
             if lagged_confidence is None:
-                raise ConfigError("the lagged policy needs lagged_confidence (confidences from an earlier round)")
+                raise ValueError("the lagged policy needs lagged_confidence (confidences from an earlier round)")
             check_confidence(lagged_confidence, "lagged_confidence")
             if lagged_confidence.shape != confidence.shape:
-                raise ConfigError(f"lagged_confidence has shape {tuple(lagged_confidence.shape)}, confidence "
+                raise ValueError(f"lagged_confidence has shape {tuple(lagged_confidence.shape)}, confidence "
                                   f"{tuple(confidence.shape)}: one row per request, gamma={gamma} positions each")
             lagged = lagged_confidence.to(device).double().cumprod(dim=1)
         admit = confidence_admission_triton if triton_launch.use_triton(confidence) else confidence_admission_torch
         return admit(survival=survival, lagged_survival=lagged, floor=floor, in_range=in_range, sps=sps,
                      token_cap=token_cap)
-    eligible = in_range & policy_eligible(policy, confidence, survival, slot, threshold, threshold_on, length)
+    eligible = in_range & policy_eligible(policy, confidence, survival, slot, threshold, threshold_on)
     order, _ = admission_order(survival, eligible)
     return admitted_lengths(order, order.numel(), floor, gamma, token_cap)
 
@@ -171,12 +166,12 @@ def admitted_lengths(order: torch.Tensor, n_admit: int, floor: torch.Tensor, gam
 
 def check_confidence(confidence: torch.Tensor, name: str) -> None:
     if confidence.dim() != 2 or not confidence.is_floating_point():
-        raise ConfigError(f"{name} must be a float tensor [requests, gamma], got {confidence.dtype} "
+        raise ValueError(f"{name} must be a float tensor [requests, gamma], got {confidence.dtype} "
                           f"{tuple(confidence.shape)}")
     if torch.isnan(confidence).any():
-        raise ConfigError(f"{name} contains NaN")
+        raise ValueError(f"{name} contains NaN")
     if ((confidence < 0) | (confidence > 1)).any():
-        raise ConfigError(f"{name} must lie in [0, 1] (conditional probabilities, not logits), got values in "
+        raise ValueError(f"{name} must lie in [0, 1] (conditional probabilities, not logits), got values in "
                           f"[{confidence.min().item():.4g}, {confidence.max().item():.4g}]")
 
 
@@ -213,20 +208,18 @@ def budget_by_global_search(survival, floor, values, sps: SpsTable, token_cap: i
     return int(theta.masked_fill(over_cap, float("-inf")).argmax())
 
 
-def policy_eligible(policy, confidence, survival, slot, threshold, threshold_on, length) -> torch.Tensor:
+def policy_eligible(policy, confidence, survival, slot, threshold, threshold_on) -> torch.Tensor:
     """[R, gamma] bool: the positions the static policies would verify (before floors, caps and the token cap)."""
     if policy == "fixed":
-        if length is not None and length < 0:
-            raise ConfigError(f"fixed verify length must be >= 0, got {length}")
-        return (slot <= (confidence.shape[1] if length is None else length)).expand_as(confidence)
+        return torch.ones_like(confidence, dtype=torch.bool)
     if policy == "mtp1":
         return (slot <= 1).expand_as(confidence)
     if policy == "threshold":
         if threshold is None or not 0 <= threshold <= 1:
-            raise ConfigError(f"the threshold policy needs a threshold in [0, 1], got {threshold}")
-        if threshold_on not in THRESHOLD_ON:
-            raise ConfigError(f"threshold_on must be one of {THRESHOLD_ON}, got {threshold_on!r}")
+            raise ValueError(f"the threshold policy needs a threshold in [0, 1], got {threshold}")
+        if threshold_on not in ("survival", "confidence"):
+            raise ValueError(f"threshold_on must be survival or confidence, got {threshold_on!r}")
         if threshold_on == "survival":
             return survival >= threshold
         return (confidence >= threshold).long().cumprod(dim=1).bool()
-    raise ConfigError(f"unknown allocation policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    raise ValueError(f"unknown allocation policy {policy!r}; choose one of {', '.join(POLICIES)}")

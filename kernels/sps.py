@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 
-from dspark.models.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -34,15 +33,15 @@ class SpsTable:
     def __post_init__(self) -> None:
         tokens, sps = self.sample_batch_tokens, self.sample_steps_per_sec
         if not tokens:
-            raise ConfigError("SPS table is empty: it needs at least one (batch tokens, steps/s) probe")
+            raise ValueError("SPS table is empty: it needs at least one (batch tokens, steps/s) probe")
         if len(tokens) != len(sps):
-            raise ConfigError(f"SPS table has {len(tokens)} sample_batch_tokens but {len(sps)} sample_steps_per_sec")
+            raise ValueError(f"SPS table has {len(tokens)} sample_batch_tokens but {len(sps)} sample_steps_per_sec")
         if any(t < 1 for t in tokens) or any(b <= a for a, b in zip(tokens, tokens[1:])):
-            raise ConfigError(f"SPS table sample_batch_tokens must be positive and strictly increasing, got {list(tokens)}")
+            raise ValueError(f"SPS table sample_batch_tokens must be positive and strictly increasing, got {list(tokens)}")
         if not all(math.isfinite(s) and s > 0 for s in sps):
-            raise ConfigError(f"SPS table sample_steps_per_sec must be finite and > 0, got {list(sps)}")
+            raise ValueError(f"SPS table sample_steps_per_sec must be finite and > 0, got {list(sps)}")
         if self.max_batch_tokens < tokens[-1]:
-            raise ConfigError(f"SPS table max_batch_tokens {self.max_batch_tokens} is below its largest probe {tokens[-1]}")
+            raise ValueError(f"SPS table max_batch_tokens {self.max_batch_tokens} is below its largest probe {tokens[-1]}")
 
     @classmethod
     def from_probes(cls, probes: dict[int, float], max_batch_tokens: int | None = None) -> SpsTable:
@@ -60,7 +59,7 @@ class SpsTable:
         """The table of a step that also spends `seconds` outside the verify forward (drafting, scheduling):
         SPS'(B) = 1 / (1 / SPS(B) + seconds). The ordering of plans by tau * SPS stays that of whole steps."""
         if not (math.isfinite(seconds) and seconds >= 0):
-            raise ConfigError(f"step overhead must be finite and >= 0 seconds, got {seconds}")
+            raise ValueError(f"step overhead must be finite and >= 0 seconds, got {seconds}")
         return SpsTable(self.sample_batch_tokens, tuple(1.0 / (1.0 / s + seconds) for s in self.sample_steps_per_sec),
                         self.max_batch_tokens)
 
@@ -69,19 +68,3 @@ class SpsTable:
 
     def save(self, path: Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
-
-
-def load_sps(path: Path) -> SpsTable:
-    """Read an SPS table JSON (SGLang's SpsCostTable schema); a clear ConfigError names what is wrong."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"SPS table {path} does not exist (write one with `dspark profile-sps`)")
-    try:
-        data = json.loads(path.read_text())
-        return SpsTable(tuple(int(t) for t in data["sample_batch_tokens"]),
-                        tuple(float(s) for s in data["sample_steps_per_sec"]), int(data["max_batch_tokens"]))
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-        raise ConfigError(f"SPS table {path} is not an SpsCostTable JSON (sample_batch_tokens, "
-                          f"sample_steps_per_sec, max_batch_tokens): {type(err).__name__}: {err}") from None
-    except ConfigError as err:
-        raise ConfigError(f"SPS table {path}: {err}") from None

@@ -16,7 +16,6 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from dspark.models.errors import ConfigError
 
 GREEDY_TEMPERATURE = 1e-5
 
@@ -29,11 +28,11 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:
-            raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if self.top_k < 0:
-            raise ConfigError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must lie in (0, 1], got {self.top_p}")
+            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p}")
 
     @property
     def greedy(self) -> bool:

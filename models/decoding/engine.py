@@ -78,10 +78,10 @@ class Generation:
 
 class SpeculativeDecoder:
     def __init__(self, target: torch.nn.Module, drafter: Optional[Drafter] = None,
-                 policy: VerifyLengthPolicy = VerifyLengthPolicy(), sts_temperatures: Optional[torch.Tensor] = None):
+                 policy: VerifyLengthPolicy = VerifyLengthPolicy.of("fixed"), sts_temperatures: Optional[torch.Tensor] = None):
         if drafter is not None and policy.needs_confidence and not drafter.config.enable_confidence_head:
             raise ConfigError(f"the {policy.name} policy needs confidences; this {drafter.config.kind} drafter has "
-                              "no confidence head")
+                              "no confidence head: use policy fixed or mtp1 (--policy fixed)")
         self.target, self.drafter, self.policy, self.sts_temperatures = target, drafter, policy, sts_temperatures
 
     @torch.no_grad()

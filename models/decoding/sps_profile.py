@@ -8,13 +8,15 @@ of `repeats` timed ones gives SPS(B) = 1 / min seconds: on a shared machine timi
 forward down (a server profiling itself at start may share the CPU with anything). A bigger verify batch is
 never cheaper, so the table is the non-increasing envelope SPS(B) = min over probes B' <= B; a noisy small
 probe cannot then make the allocator believe that verifying more is free. The result is an SpsTable
-(kernels/sps.py), the schema SGLang reads, plus the raw timings for the plot.
+(kernels/sps.py), the schema SGLang reads, plus the raw timings for the plot; `load_sps` reads one back.
 """
 from __future__ import annotations
 
 import itertools
+import json
 import statistics
 import time
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -89,3 +91,20 @@ def profile_sps(model: torch.nn.Module, batch_tokens: Sequence[int] = DEFAULT_BA
     envelope = itertools.accumulate((1.0 / r["min_s"] for r in records), min)
     table = SpsTable.from_probes(dict(zip((r["batch_tokens"] for r in records), envelope)))
     return table, records
+
+
+def load_sps(path: Path | str) -> SpsTable:
+    """Read an SPS table JSON (SGLang's SpsCostTable schema); a ConfigError names what is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"SPS table {path} does not exist (write one with `dspark profile-sps`)")
+    try:
+        data = json.loads(path.read_text())
+        fields = data["sample_batch_tokens"], data["sample_steps_per_sec"], data["max_batch_tokens"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ConfigError(f"SPS table {path} is not an SpsCostTable JSON (sample_batch_tokens, "
+                          f"sample_steps_per_sec, max_batch_tokens): {type(err).__name__}: {err}") from None
+    try:
+        return SpsTable(tuple(int(t) for t in fields[0]), tuple(float(s) for s in fields[1]), int(fields[2]))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"SPS table {path}: {err}") from None

@@ -63,7 +63,7 @@ def calibration_report(data: CalibrationData, temperatures: Optional[torch.Tenso
 
 
 def evaluate(target: torch.nn.Module, drafter: Drafter, prompts: Sequence[List[int]], settings: EvalSettings,
-             eos_token_ids: tuple, policy: VerifyLengthPolicy = VerifyLengthPolicy(),
+             eos_token_ids: tuple, policy: VerifyLengthPolicy = VerifyLengthPolicy.of("fixed"),
              sts_temperatures: Optional[torch.Tensor] = None, desc: str = "eval") -> Tuple[dict, List[Generation]]:
     """Metrics for one dataset (module docstring) and the speculative generations behind them."""
     decoder = SpeculativeDecoder(target, drafter, policy, sts_temperatures)

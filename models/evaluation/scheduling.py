@@ -103,7 +103,7 @@ def measure_load(target: torch.nn.Module, drafter: Drafter, prompts: Sequence[Li
         decoder = SpeculativeDecoder(target, drafter, policies[name], sts_temperatures)
         metrics, generations = measure_level(decoder, prompts, concurrency, settings)
         rows.append({"policy": name, **metrics})
-        if policies[name].name == "fixed" and policies[name].length is None:
+        if policies[name].name == "fixed" and policies[name].settings.max_verify_length is None:
             traces.append(full_length_traces(generations, drafter.config.gamma, sts_temperatures))
     traces = [t for t in traces if t is not None]
     merged = Traces(torch.cat([t.confidence for t in traces]), torch.cat([t.accepted for t in traces])) \

@@ -118,7 +118,7 @@ def speed_phase(target, drafters: dict, encoded: dict, args) -> dict:
         settings = EvalSettings(args.speed_tokens, GREEDY, batch_size, args.seed, baseline=False)
         runs = {"none": SpeculativeDecoder(target.model)} | {k: SpeculativeDecoder(target.model, d)
                                                               for k, d in drafters.items()}
-        runs |= {f"{k}+causal": SpeculativeDecoder(target.model, d, VerifyLengthPolicy("causal", sps=sps))
+        runs |= {f"{k}+causal": SpeculativeDecoder(target.model, d, VerifyLengthPolicy.of("causal", sps=sps))
                  for k, d in aware.items()}
         row, reference = {}, None
         for kind, decoder in runs.items():

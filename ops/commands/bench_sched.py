@@ -21,11 +21,10 @@ from pathlib import Path
 
 import torch
 
-from dspark.kernels.allocate import CONFIDENCE_POLICIES
-from dspark.kernels.sps import load_sps
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding.engine import GenerationConfig
-from dspark.models.decoding.sps_profile import probe_sizes, profile_sps
+from dspark.models.decoding.settings import CONFIDENCE_POLICIES
+from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sps
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
@@ -55,12 +54,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def policies(sps, gamma: int, threshold: float) -> dict:
-    chosen = {"mtp1": VerifyLengthPolicy("mtp1")}
-    chosen.update({f"fixed-{k}": VerifyLengthPolicy(length=k) for k in (2, 3) if k < gamma})
-    chosen["fixed"] = VerifyLengthPolicy()
-    chosen["threshold"] = VerifyLengthPolicy("threshold", threshold=threshold)
-    chosen["causal"] = VerifyLengthPolicy("causal", sps=sps)
-    chosen["lagged"] = VerifyLengthPolicy("lagged", sps=sps)
+    chosen = {"mtp1": VerifyLengthPolicy.of("mtp1")}
+    chosen.update({f"fixed-{k}": VerifyLengthPolicy.of("fixed", max_verify_length=k) for k in (2, 3) if k < gamma})
+    chosen["fixed"] = VerifyLengthPolicy.of("fixed")
+    chosen["threshold"] = VerifyLengthPolicy.of("threshold", threshold=threshold)
+    chosen["causal"] = VerifyLengthPolicy.of("causal", sps=sps)
+    chosen["lagged"] = VerifyLengthPolicy.of("lagged", sps=sps)
     return chosen
 
 

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import torch
 
-from dspark.integration.runtime_state import SGLANG_POLICY
 from dspark.integration.server import SGLangServer, cpu_server_args, dspark_args, dspark_env
-from dspark.kernels.allocate import POLICIES
+from dspark.models.decoding.settings import POLICIES
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_load
@@ -41,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", type=int, default=16, help="prompts used")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--policies", nargs="+", choices=POLICIES + (SGLANG_POLICY,), default=["causal", "fixed"])
+    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=["causal", "fixed"])
     parser.add_argument("--sps-table", type=Path, default=None, help="default: profiled at engine start")
     parser.add_argument("--out", type=Path, default=Path("bench/results/serve"))
     parser.set_defaults(func=run)

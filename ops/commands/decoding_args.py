@@ -6,14 +6,14 @@ from pathlib import Path
 
 import torch
 
-from dspark.kernels.allocate import POLICIES, THRESHOLD_ON
-from dspark.kernels.sps import load_sps
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding.loading import Target, load_drafter_for, load_target
-from dspark.models.decoding.sps_profile import probe_sizes, profile_sps
+from dspark.models.decoding.settings import SPS_POLICIES
+from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sps
 from dspark.models.decoding.sts import load_sts
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
+from dspark.ops.commands.settings_args import add_settings_args, settings_from_args
 
 
 def add_model_args(parser: argparse.ArgumentParser, drafter_required: bool = True) -> None:
@@ -40,20 +40,10 @@ def add_sampling_args(parser: argparse.ArgumentParser, temperature: float, max_n
 
 
 def add_verify_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("verification length (kernels/allocate.py)")
-    group.add_argument("--policy", choices=POLICIES, default=None,
-                       help="fixed: every draft (default); threshold (default when --threshold is given); causal: "
-                            "paper Algorithm 1; lagged: paper 5.2; mtp1: one draft. causal/lagged need --sps-table")
-    group.add_argument("--sps-table", type=Path, default=None,
-                       help="SPS JSON from `dspark profile-sps` (causal/lagged without one: profile the target now)")
-    group.add_argument("--threshold", type=float, default=None,
-                       help="threshold policy: verify drafts while the survival prod c_i stays >= this (DSpark)")
-    group.add_argument("--threshold-on", choices=THRESHOLD_ON, default="survival",
-                       help="threshold policy: compare the survival or each conditional confidence c_i")
-    group.add_argument("--verify-length", type=int, default=None, help="fixed policy: drafts per request (gamma)")
-    group.add_argument("--min-verify-length", type=int, default=0, help="drafts always verified")
-    group.add_argument("--max-batch-tokens", type=int, default=None, help="verify tokens per target forward")
-    group.add_argument("--sts", type=Path, default=None, help="STS calibration JSON from `dspark calibrate`")
+    """The verify-plan settings (settings_args.py) plus the STS calibration file of the drafter."""
+    add_settings_args(parser)
+    parser.add_argument("--sts", type=Path, default=None,
+                        help="STS calibration JSON from `dspark calibrate` (--sts-temperatures overrides it)")
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:
@@ -61,7 +51,10 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
         raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
-    return SamplingParams(args.temperature, args.top_k, args.top_p)
+    try:
+        return SamplingParams(args.temperature, args.top_k, args.top_p)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def load_models(args: argparse.Namespace) -> tuple:
@@ -77,20 +70,20 @@ def verify_policy(args: argparse.Namespace, drafter, target_model=None,
                   batch_size: int = 1) -> tuple[VerifyLengthPolicy, torch.Tensor | None]:
     """The verification-length policy and STS temperatures the options ask for. causal/lagged without
     --sps-table profile the target's SPS curve up to batch_size full blocks first (engine start)."""
-    sts = None
-    if args.sts is not None:
-        if drafter is None or drafter.config.kind != "dspark":
-            raise ConfigError("--sts needs a DSpark drafter (only DSpark has a confidence head)")
-        sts = load_sts(args.sts, drafter.config.gamma).tensor()
-    name = args.policy or ("threshold" if args.threshold is not None else "fixed")
-    sps = load_sps(args.sps_table) if args.sps_table is not None else None
-    if sps is None and name in ("causal", "lagged") and target_model is not None and drafter is not None:
-        sps = startup_sps(target_model, drafter.config.gamma + 1, batch_size)
-    policy = VerifyLengthPolicy(
-        name, sps=sps, threshold=args.threshold,
-        threshold_on=args.threshold_on, length=args.verify_length, min_length=args.min_verify_length,
-        max_batch_tokens=args.max_batch_tokens)
-    return policy, sts
+    settings = settings_from_args(args)
+    sts = torch.tensor(settings.sts_temperatures) if settings.sts_temperatures is not None else None
+    if (args.sts is not None or sts is not None) and (drafter is None or drafter.config.kind != "dspark"):
+        raise ConfigError("--sts and --sts-temperatures need a DSpark drafter (only DSpark has a confidence head)")
+    if drafter is None:  # plain decoding verifies nothing
+        return VerifyLengthPolicy(), None
+    gamma = drafter.config.gamma
+    settings.check_gamma(gamma)
+    if sts is None and args.sts is not None:
+        sts = load_sts(args.sts, gamma).tensor()
+    sps = load_sps(settings.sps_table) if settings.sps_table is not None else None
+    if sps is None and settings.policy in SPS_POLICIES and target_model is not None:
+        sps = startup_sps(target_model, gamma + 1, batch_size)
+    return VerifyLengthPolicy(settings, sps), sts
 
 
 def startup_sps(target_model, block: int, batch_size: int):

@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--out", type=Path, default=Path("out/demo"))
     add_verify_args(parser)
-    parser.set_defaults(func=run, policy="causal")
+    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,9 +1,11 @@
-"""The live runtime state: validated as a whole, swapped in all-or-nothing, reported with its last rejection."""
+"""The live runtime state: validated as a whole, swapped in all-or-nothing, versioned, conditional, undoable."""
 import json
 
 import pytest
 
-from dspark.integration.runtime_state import ENV_VAR, RuntimeState, RuntimeStateStore, compile_state
+from dspark.integration.runtime_state import (ENV_VAR, HISTORY, RuntimeStateStore, VersionConflict, compile_state,
+                                              parse_update)
+from dspark.models.decoding.settings import VerifySettings as State
 from dspark.models.errors import ConfigError
 
 GAMMA = 4
@@ -19,32 +21,26 @@ def sps_table(tmp_path):
 
 def test_each_policy_compiles_into_the_allocator_policy(sps_table):
     for name in ("causal", "lagged", "fixed", "mtp1"):
-        planner = compile_state(RuntimeState(policy=name, sps_table=sps_table), GAMMA)
+        planner = compile_state(State(policy=name, sps_table=sps_table), GAMMA)
         assert planner.policy.name == name
-    threshold = compile_state(RuntimeState(policy="threshold", threshold=0.3, threshold_on="confidence"), GAMMA)
-    assert (threshold.policy.threshold, threshold.policy.threshold_on) == (0.3, "confidence")
-    assert compile_state(RuntimeState(policy="sglang"), GAMMA).policy is None
+    threshold = compile_state(State(policy="threshold", threshold=0.3, threshold_on="confidence"), GAMMA)
+    assert (threshold.policy.settings.threshold, threshold.policy.settings.threshold_on) == (0.3, "confidence")
+    assert compile_state(State(policy="sglang"), GAMMA).policy is None
 
 
 @pytest.mark.parametrize("state, problem", [
-    (RuntimeState(policy="causal"), "needs an SPS table"),
-    (RuntimeState(policy="greedy"), "policy must be one of"),
-    (RuntimeState(policy="threshold"), "threshold"),
-    (RuntimeState(policy="fixed", min_verify_length=5), "min_verify_length must be in 0..4"),
-    (RuntimeState(policy="fixed", min_verify_length=2, max_verify_length=1), "max_verify_length must be in"),
-    (RuntimeState(policy="fixed", budget_fraction=1.5), "budget_fraction must be in (0, 1]"),
-    (RuntimeState(policy="fixed", min_verify_length=True), "min_verify_length must be an integer"),
-    (RuntimeState(policy="fixed", sts_temperatures=(1.0, 1.0)), "sts_temperatures must be 4"),
-    (RuntimeState(policy="fixed", sts_temperatures=(1.0, 0.0, 1.0, 1.0)), "finite positive"),
-    (RuntimeState(policy="sglang", sps_table="/nonexistent/sps.json"), "does not exist"),
+    (dict(policy="causal"), "needs an SPS table"),
+    (dict(policy="fixed", min_verify_length=5), "min_verify_length must be in 0..gamma with gamma=4"),
+    (dict(policy="fixed", sts_temperatures=(1.0, 1.0)), "sts_temperatures must be 4"),
+    (dict(policy="sglang", sps_table="/nonexistent/sps.json"), "does not exist"),
 ])
-def test_invalid_states_name_the_problem(state, problem):
+def test_states_invalid_for_this_drafter_name_the_problem(state, problem):
     with pytest.raises(ConfigError, match=problem.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
-        compile_state(state, GAMMA)
+        compile_state(State(**state), GAMMA)
 
 
 def test_updates_merge_validate_and_swap_whole(sps_table):
-    store = RuntimeStateStore(RuntimeState(policy="causal", sps_table=sps_table), GAMMA)
+    store = RuntimeStateStore(State(policy="causal", sps_table=sps_table), GAMMA)
     store.update({"policy": "threshold", "threshold": 0.5, "sts_temperatures": [1.0, 1.5, 2.0, 2.0]})
     assert store.version == 1 and store.planner.policy.name == "threshold"
     assert store.planner.sts_temperatures.tolist() == [1.0, 1.5, 2.0, 2.0]
@@ -54,27 +50,71 @@ def test_updates_merge_validate_and_swap_whole(sps_table):
         store.update({"policy": "fixed", "min_verify_length": 7})  # the valid half is not applied either
     assert store.planner is running and store.version == 1
     report = store.report()
-    assert report["policy"] == "threshold" and "min_verify_length must be in 0..4" in report["last_rejection"]
+    assert report["policy"] == "threshold" and "min_verify_length must be in 0..gamma" in report["last_rejection"]
     store.update({"threshold": 0.2})
     assert store.report()["last_rejection"] is None and store.version == 2
 
 
 @pytest.mark.parametrize("changes, problem", [
     ([1, 2], "must be a JSON object"),
-    ({"speed": 3}, "unknown dspark runtime setting"),
-    ({"sts_temperatures": 2.0}, "list of per-position temperatures"),
+    ({"speed": 3}, "unknown dspark setting"),
+    ({"sts_temperatures": 2.0}, "list of per-position numbers"),
+    ({"set": {"policy": "mtp1"}, "rollback_to": 0}, "either `set` or `rollback_to`"),
+    ({"set": {"policy": "mtp1"}, "expected_version": "1"}, "expected_version must be an integer"),
+    ({"set": {"policy": "mtp1"}, "who": "me"}, r"unknown key\(s\) \['who'\]"),
+    ({"rollback_to": 7}, "version 7 is not in the kept history"),
+    ({"rollback_to": "previous"}, "no version before 0"),
 ])
-def test_malformed_updates_are_rejected(sps_table, changes, problem):
-    store = RuntimeStateStore(RuntimeState(policy="fixed"), GAMMA)
+def test_malformed_updates_are_rejected(changes, problem):
+    store = RuntimeStateStore(State(policy="fixed"), GAMMA)
     with pytest.raises(ConfigError, match=problem):
         store.update(changes)
     assert store.version == 0
 
 
+def test_envelope_updates_are_conditional_audited_and_validate_only_changes_nothing():
+    store = RuntimeStateStore(State(policy="fixed"), GAMMA, clock=lambda: 1234.0)
+    dry = store.update({"set": {"policy": "mtp1"}, "validate_only": True, "caller": "alice"})
+    assert dry == {"applied": False, "version": 0, "state": {**State(policy="mtp1").to_dict()}}
+    assert store.planner.state.policy == "fixed" and len(store.history) == 1
+    done = store.update({"set": {"policy": "mtp1"}, "expected_version": 0, "caller": "alice"})
+    assert done["applied"] and done["version"] == 1 and store.planner.state.policy == "mtp1"
+    with pytest.raises(VersionConflict, match="expected version 0, the current version is 1"):
+        store.update({"set": {"policy": "fixed"}, "expected_version": 0, "caller": "bob"})
+    assert store.planner.state.policy == "mtp1" and store.version == 1
+    assert [c.to_dict() for c in store.history][-1] == {"version": 1, "caller": "alice", "time": 1234.0,
+                                                       "action": "update", "state": State(policy="mtp1").to_dict()}
+
+
+def test_rollback_restores_an_earlier_state_exactly_as_a_new_version():
+    store = RuntimeStateStore(State(policy="fixed", max_verify_length=3), GAMMA)
+    store.update({"policy": "threshold", "threshold": 0.4, "max_verify_length": None})
+    store.update({"threshold": 0.9})
+    assert store.update({"rollback_to": "previous", "caller": "ops"})["version"] == 3
+    assert store.planner.state == State(policy="threshold", threshold=0.4)
+    store.update({"rollback_to": 0, "expected_version": 3})
+    assert store.planner.state == State(policy="fixed", max_verify_length=3) and store.version == 4
+    assert [c.action for c in store.history] == ["initial", "update", "update", "rollback", "rollback"]
+
+
+def test_history_is_bounded_and_versions_have_no_gaps():
+    store = RuntimeStateStore(State(policy="fixed"), GAMMA)
+    for i in range(HISTORY + 5):
+        store.update({"max_verify_length": i % GAMMA})
+    versions = [c.version for c in store.history]
+    assert len(versions) == HISTORY and versions == list(range(6, HISTORY + 6))
+
+
+def test_the_bare_and_the_envelope_forms_are_told_apart():
+    assert parse_update({"policy": "fixed"}).changes == {"policy": "fixed"}
+    assert parse_update({"set": {"policy": "fixed"}, "caller": "x"}).caller == "x"
+    assert parse_update({"rollback_to": "previous"}).changes is None
+
+
 def test_initial_state_from_the_environment_takes_sglangs_sps_table(monkeypatch, sps_table):
     monkeypatch.setenv(ENV_VAR, json.dumps({"policy": "lagged", "min_verify_length": 1}))
     store = RuntimeStateStore.from_environment(GAMMA, sps_table)
-    assert store.planner.state == RuntimeState(policy="lagged", min_verify_length=1, sps_table=sps_table)
+    assert store.planner.state == State(policy="lagged", min_verify_length=1, sps_table=sps_table)
     monkeypatch.setenv(ENV_VAR, json.dumps({"policy": "causal"}))
     with pytest.raises(ConfigError, match="needs an SPS table"):
         RuntimeStateStore.from_environment(GAMMA, None)

@@ -150,12 +150,12 @@ def test_causal_policy_serves_target_greedy(server, reference):
 
 
 @pytest.mark.parametrize("changes, problem", [
-    ({"policy": "threshold", "threshold": 1.5}, "threshold in [0, 1]"),
+    ({"policy": "threshold", "threshold": 1.5}, "threshold must be in [0, 1]"),
     ({"policy": "beam"}, "policy must be one of"),
-    ({"min_verify_length": 9}, "min_verify_length must be in 0..5"),
+    ({"min_verify_length": 9}, "min_verify_length must be in 0..gamma with gamma=5"),
     ({"sts_temperatures": [1.0, 1.0]}, "sts_temperatures must be 5"),
     ({"sps_table": "/nonexistent/sps.json"}, "does not exist"),
-    ({"speed": "max"}, "unknown dspark runtime setting"),
+    ({"speed": "max"}, "unknown dspark setting"),
 ])
 def test_invalid_update_is_rejected_and_serving_goes_on_unchanged(server, reference, changes, problem):
     assert set_state(server, {"policy": "mtp1"}) == [True]

@@ -5,7 +5,6 @@ import torch
 
 from dspark.kernels.allocate import POLICIES, allocate_verify_lengths
 from dspark.kernels.sps import SpsTable
-from dspark.models.errors import ConfigError
 
 
 def table(curve: dict[int, float], max_batch_tokens: int = 64) -> SpsTable:
@@ -61,7 +60,7 @@ def test_static_policies():
     assert lengths(c, policy="threshold", threshold=0.5, threshold_on="confidence") == [3, 3]
     assert lengths(c, policy="threshold", threshold=0.95, threshold_on="confidence") == [0, 0]
     assert lengths(c, policy="fixed") == [3, 3]
-    assert lengths(c, policy="fixed", length=2) == [2, 2]
+    assert lengths(c, policy="fixed", max_length=2) == [2, 2]
     assert lengths(c, policy="mtp1") == [1, 1]
 
 
@@ -136,23 +135,23 @@ def test_budget_and_results_stay_in_range():
     (torch.tensor([[1, 0]]), "float tensor"),
 ])
 def test_bad_confidences_are_named(bad, message):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ValueError, match=message):
         allocate_verify_lengths(bad, table({1: 1.0}))
 
 
 def test_bad_settings_are_named():
     c = torch.full((2, 3), 0.5)
-    with pytest.raises(ConfigError, match="gamma=3"):
+    with pytest.raises(ValueError, match="gamma=3"):
         allocate_verify_lengths(c, table({1: 1.0}), "lagged", lagged_confidence=torch.full((2, 4), 0.5))
-    with pytest.raises(ConfigError, match="needs lagged_confidence"):
+    with pytest.raises(ValueError, match="needs lagged_confidence"):
         allocate_verify_lengths(c, table({1: 1.0}), "lagged")
-    with pytest.raises(ConfigError, match="needs an SPS table"):
+    with pytest.raises(ValueError, match="needs an SPS table"):
         allocate_verify_lengths(c, None, "causal")
-    with pytest.raises(ConfigError, match="unknown allocation policy 'greedy'"):
+    with pytest.raises(ValueError, match="unknown allocation policy 'greedy'"):
         allocate_verify_lengths(c, table({1: 1.0}), "greedy")
-    with pytest.raises(ConfigError, match="threshold in"):
+    with pytest.raises(ValueError, match="threshold in"):
         allocate_verify_lengths(c, policy="threshold")
-    with pytest.raises(ConfigError, match="threshold_on"):
+    with pytest.raises(ValueError, match="threshold_on"):
         allocate_verify_lengths(c, policy="threshold", threshold=0.5, threshold_on="logit")
-    with pytest.raises(ConfigError, match="min_length"):
+    with pytest.raises(ValueError, match="min_length"):
         allocate_verify_lengths(c, policy="fixed", min_length=-1)

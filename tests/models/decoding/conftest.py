@@ -12,12 +12,12 @@ KINDS = ("dspark", "dflash", "eagle3")
 # A falling cost curve, so the confidence-aware policies verify some drafts and not others.
 SPS = SpsTable.from_probes({1: 1.0, 4: 0.95, 8: 0.85, 16: 0.6, 32: 0.35, 64: 0.2, 1024: 0.15, 4096: 0.05}, 8192)
 POLICIES = {  # name -> (policy, the most drafts it may verify)
-    "fixed-2": (VerifyLengthPolicy(length=2), 2),
-    "mtp1": (VerifyLengthPolicy("mtp1"), 1),
-    "threshold": (VerifyLengthPolicy("threshold", threshold=0.3), None),
-    "threshold-min1": (VerifyLengthPolicy("threshold", threshold=0.9, min_length=1), None),
-    "causal": (VerifyLengthPolicy("causal", sps=SPS), None),
-    "lagged": (VerifyLengthPolicy("lagged", sps=SPS), None),
+    "fixed-2": (VerifyLengthPolicy.of("fixed", max_verify_length=2), 2),
+    "mtp1": (VerifyLengthPolicy.of("mtp1"), 1),
+    "threshold": (VerifyLengthPolicy.of("threshold", threshold=0.3), None),
+    "threshold-min1": (VerifyLengthPolicy.of("threshold", threshold=0.9, min_verify_length=1), None),
+    "causal": (VerifyLengthPolicy.of("causal", sps=SPS), None),
+    "lagged": (VerifyLengthPolicy.of("lagged", sps=SPS), None),
 }
 # Prompts of different lengths (1 to ~40 tokens), so batches are ragged from the prefill on.
 TEXTS = ("def", "import os\nimport sys\n\n", "class Foo(object):\n    def __init__(self, name):\n        self.",

@@ -9,16 +9,23 @@ from dspark.models.errors import ConfigError
 
 @pytest.mark.parametrize("make,match", [
     (lambda: GenerationConfig(max_new_tokens=0), "max_new_tokens must be >= 1"),
-    (lambda: SamplingParams(temperature=-1), "temperature must be >= 0"),
-    (lambda: SamplingParams(1.0, top_p=0), "top_p must lie in"),
-    (lambda: SamplingParams(1.0, top_k=-2), "top_k must be >= 0"),
     (lambda: SpeculativeDecoder(None).generate([[1]], GenerationConfig(), max_running=0), "max_running must be >= 1"),
-    (lambda: VerifyLengthPolicy("threshold", threshold=1.5), r"threshold in \[0, 1\], got 1.5"),
-    (lambda: VerifyLengthPolicy("causal"), "needs an SPS table"),
-    (lambda: VerifyLengthPolicy("fixed", length=-1), "fixed verify length must be >= 0"),
+    (lambda: VerifyLengthPolicy.of("threshold", threshold=1.5), r"threshold must be in \[0, 1\], got 1.5"),
+    (lambda: VerifyLengthPolicy.of("causal"), "needs an SPS table"),
+    (lambda: VerifyLengthPolicy.of("fixed", max_verify_length=-1), "max_verify_length must be in"),
 ])
 def test_invalid_settings_are_named(make, match):
     with pytest.raises(ConfigError, match=match):
+        make()
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: SamplingParams(temperature=-1), "temperature must be >= 0"),
+    (lambda: SamplingParams(1.0, top_p=0), "top_p must lie in"),
+    (lambda: SamplingParams(1.0, top_k=-2), "top_k must be >= 0"),
+])
+def test_invalid_sampling_is_named_by_the_kernel(make, match):
+    with pytest.raises(ValueError, match=match):  # kernels/ raises plain ValueError; the CLI wraps it
         make()
 
 
@@ -32,4 +39,4 @@ def test_empty_prompts_are_refused(embedded_target):
 
 def test_threshold_policy_needs_a_confidence_head(embedded_target, embedded_drafters):
     with pytest.raises(ConfigError, match="threshold policy needs confidences; this eagle3 drafter has no confidence head"):
-        SpeculativeDecoder(embedded_target, embedded_drafters["eagle3"], VerifyLengthPolicy("threshold", threshold=0.5))
+        SpeculativeDecoder(embedded_target, embedded_drafters["eagle3"], VerifyLengthPolicy.of("threshold", threshold=0.5))

@@ -10,7 +10,7 @@ from dspark.models.decoding.verify_length import VerifyLengthPolicy
 
 # 1000 requests decode together here: a cost curve at that scale, so causal/lagged verify about one draft each
 BATCH_SPS = SpsTable.from_probes({1: 1.0, 2000: 0.9, 3000: 0.75, 4000: 0.55, 6000: 0.35}, 8000)
-POLICIES = {name: VerifyLengthPolicy(name, sps=BATCH_SPS) for name in ("causal", "lagged")}
+POLICIES = {name: VerifyLengthPolicy.of(name, sps=BATCH_SPS) for name in ("causal", "lagged")}
 
 SAMPLES = 2000
 LENGTH = 3
@@ -53,7 +53,7 @@ def test_speculative_sampling_matches_target_sampling(kind, params, policy, embe
                                                       prompts):
     prompt = prompts[1]
     reference = target_samples(embedded_target, prompt, params, seed=1)
-    chosen = POLICIES.get(policy, VerifyLengthPolicy())
+    chosen = POLICIES.get(policy, VerifyLengthPolicy.of("fixed"))
     speculative, outputs = speculative_samples(embedded_target, embedded_drafters[kind], prompt, params, seed=2,
                                                policy=chosen)
     assert sum(r.accepted for g in outputs for r in g.rounds) > SAMPLES // 10, "drafts must be accepted often"

@@ -39,7 +39,7 @@ def test_fit_cost_recovers_the_round_overhead():
 
 
 def test_simulated_fixed_policy_with_perfect_drafts():
-    row = simulate(cost(), perfect_traces(), VerifyLengthPolicy(), concurrency=2, steps=10)
+    row = simulate(cost(), perfect_traces(), VerifyLengthPolicy.of("fixed"), concurrency=2, steps=10)
     assert row["tau"] == GAMMA + 1 and row["verify_budget"] == GAMMA and row["source"] == SIMULATION
     assert row["goodput_tok_s"] == pytest.approx(2 * (GAMMA + 1) * 90.0)  # B = 10 tokens -> 90 forwards/s
 
@@ -47,11 +47,11 @@ def test_simulated_fixed_policy_with_perfect_drafts():
 def test_causal_budget_shrinks_under_load_and_tokens_follow_min_n_l():
     gen = torch.Generator().manual_seed(0)
     traces = Traces(torch.rand(200, GAMMA, generator=gen) * 0.5 + 0.5, torch.randint(0, GAMMA + 1, (200,), generator=gen))
-    causal = VerifyLengthPolicy("causal", sps=STEEP)
+    causal = VerifyLengthPolicy.of("causal", sps=STEEP)
     light = simulate(cost(extend_sps(STEEP, 64 * 5)), traces, causal, concurrency=1)
     heavy = simulate(cost(extend_sps(STEEP, 64 * 5)), traces, causal, concurrency=64)
     assert light["verify_budget"] > heavy["verify_budget"]
-    mtp1 = simulate(cost(), traces, VerifyLengthPolicy("mtp1"), concurrency=4)
+    mtp1 = simulate(cost(), traces, VerifyLengthPolicy.of("mtp1"), concurrency=4)
     assert mtp1["tau"] == pytest.approx(1 + (traces.accepted >= 1).float().mean().item(), abs=0.1)
 
 

@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from dspark.kernels.sps import load_sps
+from dspark.models.decoding.sps_profile import load_sps
 from dspark.models.decoding.sps_profile import probe_shape, profile_sps
 from dspark.models.errors import ConfigError
 from dspark.ops.cli import main

@@ -52,7 +52,7 @@ def test_generate_samples_per_prompt_without_speculation(prompts_file, tmp_path)
 def test_eval_reports_tau_acceptance_calibration_speed_and_plots(prompts_file, tmp_path, capsys):
     out, plots = tmp_path / "eval.json", tmp_path / "plots"
     assert main(["eval", *MODELS, "--drafter", str(EMBEDDED / "dspark"), "--datasets", str(prompts_file),
-                 "--max-new-tokens", "24", "--batch-size", "3", "--json", str(out), "--plots", str(plots)]) == 0
+                 "--policy", "fixed", "--max-new-tokens", "24", "--batch-size", "3", "--json", str(out), "--plots", str(plots)]) == 0
     report = json.loads(out.read_text())
     result = report["datasets"]["code"]
     rounds = result["rounds"]
@@ -83,7 +83,7 @@ def test_calibrate_writes_sglang_json_and_reports_ece(prompts_file, tmp_path, ca
      "--max-new-tokens must be >= 1"),
     (["generate", "--drafter", "/nonexistent/drafter", "--prompt", "x"], "/nonexistent/drafter"),
     (["generate", "--drafter", str(EMBEDDED / "eagle3"), "--prompt", "x", "--sts", "/tmp/none.json"],
-     "--sts needs a DSpark drafter"),
+     "--sts and --sts-temperatures need a DSpark drafter"),
     (["eval", "--drafter", str(EMBEDDED / "dspark"), "--datasets", "/nonexistent.jsonl"], "does not exist"),
     (["calibrate", "--drafter", str(EMBEDDED / "dflash"), "--prompts-file", "PROMPTS", "--out", "/tmp/x.json"],
      "has no confidence head"),

@@ -1,0 +1,74 @@
+"""Command-line flags for the verify-plan settings, generated from their one definition.
+
+Every field of `VerifySettings` (models/decoding/settings.py) becomes `--<name with dashes>` with the field's
+default, choices and help (its range included); `settings_from_args` turns the parsed flags back into a
+validated VerifySettings, so a bad value is reported by the schema's own check. The decoding commands
+(generate, eval, calibrate, demo) and `dspark serve` share these flags, and tests/ops/test_settings_schema.py
+checks each parser against the schema.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+from pathlib import Path
+
+from dspark.models.decoding.settings import VerifySettings
+
+TITLE = "verification plan (models/decoding/settings.py; live-tunable when served)"
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_settings_args(parser: argparse.ArgumentParser, title: str = TITLE) -> None:
+    group = parser.add_argument_group(title)
+    for f in fields(VerifySettings):
+        spec = f.metadata["spec"]
+        options = dict(default=f.default, help=f"{spec.help}; {spec.range_text()} (default: {f.default})")
+        if spec.choices:
+            options["choices"] = spec.choices
+        if spec.per_position:
+            options.update(nargs="+", metavar="T")
+        options["type"] = spec.kind
+        group.add_argument(flag(f.name), dest=f.name, **options)
+
+
+def add_settings_patch_args(parser: argparse.ArgumentParser, title: str) -> None:
+    """The same flags for a partial change (`dspark admin set`): only the flags given are changed, and
+    `null` sets a nullable setting to null."""
+    group = parser.add_argument_group(title)
+    for f in fields(VerifySettings):
+        spec = f.metadata["spec"]
+        options = dict(default=argparse.SUPPRESS, help=f"{spec.help}; {spec.range_text()}"
+                       f"{'; null allowed' if spec.nullable else ''}", type=nullable(spec.kind, spec.nullable))
+        if spec.choices:
+            options["choices"] = spec.choices
+        if spec.per_position:
+            options.update(nargs="+", metavar="T")
+        group.add_argument(flag(f.name), dest=f.name, **options)
+
+
+def nullable(kind: type, allowed: bool):
+    def parse(text: str):
+        return None if allowed and text == "null" else kind(text)
+    parse.__name__ = kind.__name__  # argparse names the type in its error message
+    return parse
+
+
+def settings_patch(args: argparse.Namespace) -> dict:
+    """{name: value} of the settings flags that were given (per-position lists: [null] -> null)."""
+    patch = {f.name: getattr(args, f.name) for f in fields(VerifySettings) if hasattr(args, f.name)}
+    if patch.get("sts_temperatures") == [None]:
+        patch["sts_temperatures"] = None
+    return patch
+
+
+def settings_from_args(args: argparse.Namespace) -> VerifySettings:
+    """The VerifySettings the flags ask for (paths made absolute); a ConfigError names a bad value."""
+    values = {f.name: getattr(args, f.name) for f in fields(VerifySettings)}
+    if values["sps_table"] is not None:
+        values["sps_table"] = str(Path(values["sps_table"]).resolve())
+    if values["sts_temperatures"] is not None:
+        values["sts_temperatures"] = tuple(values["sts_temperatures"])
+    return VerifySettings(**values)
