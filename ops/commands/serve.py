@@ -2,33 +2,41 @@
 
     dspark serve --target embedded/target --drafter embedded/dspark          # CPU: the CPU recipe
     dspark serve --target DIR --drafter DIR --policy lagged --port 30000 -- --tp-size 2
+    dspark serve ... --admin-port 50051 --admin-token-file tokens/ops --reader-token-file tokens/grafana
 
 Starts `python -m sglang.launch_server` with SGLang's own `--speculative-algorithm DSPARK`, the ragged
 verify layout and dspark's allocator as the verify planner (the plugin loads itself through SGLang's
 `sglang.srt.plugins` entry point). The drafter is checked against the target before SGLang starts; without
 --sps-table the plugin profiles one at engine start and reuses it from the cache on later starts. The
-runtime-state flags set the initial state; change it live with
-`curl -X POST HOST/set_internal_state -d '{"server_args": {"dspark": {"policy": "threshold", "threshold": 0.4}}}'`
-and read it back under `internal_states[0].dspark` of `/get_server_info`. Arguments after `--` go to
-SGLang unchanged. --dry-run prints the command and environment instead of starting it.
+runtime-state flags set the initial state; change it live through the gRPC admin API (`--admin-port`: the
+admin server runs beside SGLang as a sidecar process, ops/admin/) or SGLang's `/set_internal_state`.
+SGLang's admin endpoints always need SGLang's admin key (the first --admin-token-file, --http-admin-key-file,
+or a key generated per start), handed over in a private config file, never on the command line. Arguments
+after `--` go to SGLang unchanged. --dry-run prints the commands and environment instead of starting them.
+On SIGTERM or SIGINT both processes get the signal; the exit status is SGLang's.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import secrets
 import shlex
+import signal
 import subprocess
-from dataclasses import replace
+import sys
 from pathlib import Path
 
 import torch
 
-from dspark.integration.runtime_state import SGLANG_POLICY, SPS_POLICIES, RuntimeState, compile_state
+from dspark.integration.runtime_state import compile_state
 from dspark.integration.server import (CPU_ENV, CPU_MAX_TOTAL_TOKENS, cpu_server_args, dspark_args, dspark_env, launch_command,
                                        server_environment)
-from dspark.kernels.allocate import POLICIES, THRESHOLD_ON
 from dspark.models.cache import cache_root
 from dspark.models.checkpoint import read_drafter_config
+from dspark.models.errors import ConfigError
 from dspark.models.training.run import load_target_config
+from dspark.ops.commands.admin_server import add_admin_args, admin_arg_list, check_admin_args
+from dspark.ops.commands.settings_args import add_settings_args, settings_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,27 +59,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"KV pool size in tokens (CPU default {CPU_MAX_TOTAL_TOKENS}; GPU: SGLang's choice)")
     server.add_argument("--max-running-requests", type=int, default=None, help="concurrent requests in a batch")
     server.add_argument("--dry-run", action="store_true", help="print the SGLang command and environment; start nothing")
-    state = parser.add_argument_group("runtime state (initial values; live-tunable through /set_internal_state)")
-    state.add_argument("--policy", choices=POLICIES + (SGLANG_POLICY,), default="causal",
-                       help="verify-length policy: causal (paper Algorithm 1), lagged (paper 5.2), threshold, fixed, "
-                            "mtp1, or sglang (SGLang's built-in planner)")
-    state.add_argument("--threshold", type=float, default=None, help="threshold policy: survival/confidence cut-off")
-    state.add_argument("--threshold-on", choices=THRESHOLD_ON, default="survival")
-    state.add_argument("--min-verify-length", type=int, default=0, help="drafts every request verifies at least")
-    state.add_argument("--max-verify-length", type=int, default=None, help="drafts any request verifies at most")
-    state.add_argument("--budget-fraction", type=float, default=None,
-                       help="cap the drafts verified per round at this fraction of requests x gamma")
-    state.add_argument("--sps-table", type=Path, default=None,
-                       help="SPS table (`dspark profile-sps`); default: profiled at engine start and cached")
+    add_settings_args(parser, "runtime state (initial values; live-tunable through /set_internal_state)")
+    server.add_argument("--http-admin-key-file", type=Path, default=None,
+                        help="SGLang's --admin-api-key, which /set_internal_state and SGLang's other admin endpoints "
+                             "then require (default: the first --admin-token-file, else a key generated per start)")
+    add_admin_args(parser)
     parser.add_argument("sglang_args", nargs=argparse.REMAINDER, help="-- then arguments passed to SGLang as they are")
     parser.set_defaults(func=run)
 
 
-def runtime_state(args: argparse.Namespace) -> RuntimeState:
-    return RuntimeState(policy=args.policy, threshold=args.threshold, threshold_on=args.threshold_on,
-                        min_verify_length=args.min_verify_length, max_verify_length=args.max_verify_length,
-                        budget_fraction=args.budget_fraction,
-                        sps_table=str(args.sps_table.resolve()) if args.sps_table else None)
+def secrets_dir(args: argparse.Namespace) -> Path:
+    """Private per-port folder of this start's secrets: SGLang's config with the admin key, and the key."""
+    return cache_root() / "serve" / f"port-{args.port}"
+
+
+def admin_key(args: argparse.Namespace) -> str:
+    """SGLang's admin key: --http-admin-key-file, else the first admin token, else a fresh random key."""
+    source = args.http_admin_key_file or (args.admin_token_file[0] if args.admin_token_file else None)
+    if source is None:
+        return secrets.token_urlsafe(32)
+    if not Path(source).is_file():
+        raise ConfigError(f"admin key file {source} does not exist")
+    return Path(source).read_text().strip()
+
+
+def write_secrets(folder: Path, key: str) -> None:
+    """SGLang reads its admin key from a YAML config (never the command line, which `ps` shows)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    for name, text in (("admin-key", key + "\n"), ("sglang-secrets.yaml", f"admin-api-key: {json.dumps(key)}\n")):
+        path = folder / name
+        path.touch(mode=0o600)
+        path.chmod(0o600)
+        path.write_text(text)
 
 
 def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str], bool]:
@@ -85,24 +105,47 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str],
     env = {}
     if args.drafter is not None:
         drafter = read_drafter_config(args.drafter, target_config)
-        state = runtime_state(args)
         # Checked whole now; without a table, causal/lagged get the one the plugin profiles at engine start.
-        compile_state(state if state.sps_table or state.policy not in SPS_POLICIES else replace(state, policy="fixed"),
-                      drafter.gamma)
-        extra += dspark_args(args.drafter, cpu=cpu, sps_table=args.sps_table, sts=args.sts)
+        state = settings_from_args(args).check_gamma(drafter.gamma)
+        if state.sps_table:
+            compile_state(state, drafter.gamma)  # loads and checks the table
+        extra += dspark_args(args.drafter, cpu=cpu, sps_table=state.sps_table, sts=args.sts)
         env = dspark_env(state.to_dict())
+    if args.admin_port is not None:
+        check_admin_args(args)
+    extra += ["--config", str(secrets_dir(args) / "sglang-secrets.yaml")]
     passthrough = args.sglang_args[1:] if args.sglang_args[:1] == ["--"] else args.sglang_args
     return launch_command(args.target, args.host, args.port, extra + passthrough), env, cpu
+
+
+def sidecar_command(args: argparse.Namespace) -> list[str]:
+    """The admin server beside SGLang (README: why a sidecar process)."""
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    return [sys.executable, "-m", "dspark.ops.cli", "admin-server", "--sglang-url", f"http://{host}:{args.port}",
+            "--sglang-admin-key-file", str(secrets_dir(args) / "admin-key"), *admin_arg_list(args)]
 
 
 def run(args: argparse.Namespace) -> int:
     command, env, cpu = server_command(args)
     added = {**env, **(CPU_ENV if cpu else {})}
     print(" ".join(f"{k}={shlex.quote(v)}" for k, v in added.items()), shlex.join(command))
+    sidecar = sidecar_command(args) if args.admin_port is not None else None
+    if sidecar:
+        print(shlex.join(sidecar))
     if args.dry_run:
         return 0
+    write_secrets(secrets_dir(args), admin_key(args))
     # A neutral working directory: `python -m` puts it on sys.path, and a checkout's bare kernels/ would shadow
     # the `kernels` package SGLang depends on (all paths are absolute by now).
     neutral = cache_root() / "serve"
-    neutral.mkdir(parents=True, exist_ok=True)
-    return subprocess.call(command, env=server_environment(cpu, env), cwd=neutral)
+    processes = [subprocess.Popen(command, env=server_environment(cpu, env), cwd=neutral)]
+    if sidecar:
+        processes.append(subprocess.Popen(sidecar, cwd=neutral))
+    forward = lambda sig, _frame: [p.send_signal(sig) for p in processes if p.poll() is None]  # noqa: E731
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    code = processes[0].wait()
+    for process in processes[1:]:
+        process.terminate()
+        process.wait()
+    return code

@@ -54,7 +54,7 @@ def test_a_given_sps_table_reaches_sglang_and_the_state(capsys, tmp_path):
 
 @pytest.mark.parametrize("args, problem", [
     (["--drafter", str(EMBEDDED / "smollm2-dspark")], "does not fit the target: hidden_size is 576"),
-    (["--drafter", str(EMBEDDED / "dspark"), "--policy", "threshold", "--threshold", "2"], "threshold in [0, 1]"),
+    (["--drafter", str(EMBEDDED / "dspark"), "--policy", "threshold", "--threshold", "2"], "threshold must be in [0, 1]"),
     (["--drafter", str(EMBEDDED / "dspark"), "--max-verify-length", "9"], "max_verify_length must be in"),
     (["--drafter", str(EMBEDDED / "dspark"), "--budget-fraction", "0"], "budget_fraction must be in (0, 1]"),
     (["--drafter", str(EMBEDDED / "dspark"), "--sps-table", "/nonexistent.json"], "does not exist"),
@@ -64,3 +64,33 @@ def test_bad_input_is_one_clear_error_before_anything_starts(capsys, args, probl
     assert main(BASE + args) == 2
     captured = capsys.readouterr()
     assert problem in captured.err and "sglang.launch_server" not in captured.out
+
+
+def test_the_admin_sidecar_and_sglangs_admin_key_never_on_a_command_line(capsys, tmp_path):
+    token = tmp_path / "ops"
+    token.write_text("s3cret-admin-token-0123456789\n")
+    assert main(BASE + ["--drafter", str(EMBEDDED / "dspark"), "--port", "31235", "--admin-port", "31236",
+                        "--admin-token-file", str(token)]) == 0
+    sglang_line, sidecar_line = capsys.readouterr().out.strip().splitlines()
+    assert "s3cret" not in sglang_line + sidecar_line
+    sglang, sidecar = shlex.split(sglang_line), shlex.split(sidecar_line)
+    assert flag(sglang, "--config").endswith("port-31235/sglang-secrets.yaml")  # SGLang's --admin-api-key
+    assert sidecar[1:5] == ["-m", "dspark.ops.cli", "admin-server", "--sglang-url"]
+    assert flag(sidecar, "--sglang-url") == "http://127.0.0.1:31235" and flag(sidecar, "--admin-port") == "31236"
+    assert flag(sidecar, "--admin-token-file") == str(token.resolve())
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--admin-port", "50051"], "the admin API needs credentials"),
+    (["--admin-port", "50051", "--admin-token-file", "/nonexistent/token"], "does not exist"),
+    (["--admin-port", "50051", "--admin-token-file", "SHORT"], "use at least 16"),
+    (["--admin-port", "50051", "--admin-token-file", "LONG", "--admin-host", "0.0.0.0"], "without TLS"),
+    (["--admin-port", "70000", "--admin-token-file", "LONG"], "--admin-port must be in 0..65535"),
+])
+def test_bad_admin_settings_stop_serve_before_anything_starts(capsys, tmp_path, args, problem):
+    (tmp_path / "SHORT").write_text("abc")
+    (tmp_path / "LONG").write_text("x" * 32)
+    args = [str(tmp_path / a) if a in ("SHORT", "LONG") else a for a in args]
+    assert main(BASE + ["--drafter", str(EMBEDDED / "dspark")] + args) == 2
+    assert problem in capsys.readouterr().err
+

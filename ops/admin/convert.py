@@ -1,0 +1,65 @@
+"""dspark.admin.v1 messages <-> the settings schema's dicts (models/decoding/settings.py).
+
+A `Settings` message carries a setting by presence: an `optional` field that is set has a value, an unset one
+is null (for the repeated sts_temperatures: an empty list). An update names its settings in `update_mask`;
+paths that are not settings, and fields the server does not know (a newer client's, or a wrong wire type),
+are refused by name rather than ignored.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from google.protobuf import field_mask_pb2
+
+from dspark.models.decoding.settings import names, spec_of
+from dspark.models.errors import ConfigError
+from dspark.ops.admin.v1 import admin_pb2 as pb
+
+
+def settings_to_message(values: dict) -> pb.Settings:
+    message = pb.Settings()
+    for name in names():
+        value = values.get(name)
+        if value is None:
+            continue
+        if spec_of(name).per_position:
+            getattr(message, name).extend(value)
+        else:
+            setattr(message, name, value)
+    return message
+
+
+def message_to_settings(message: pb.Settings, paths: Optional[list[str]] = None) -> dict:
+    """{name: value or None} for the settings in `paths` (default: every setting)."""
+    reject_unknown_fields(message)
+    chosen = list(paths) if paths is not None else list(names())
+    unknown = sorted(set(chosen) - set(names()))
+    if unknown:
+        raise ConfigError(f"update_mask names unknown setting(s) {unknown}; known: {list(names())}")
+    return {name: field_value(message, name) for name in chosen}
+
+
+def field_value(message: pb.Settings, name: str) -> Any:
+    if spec_of(name).per_position:
+        return list(getattr(message, name)) or None
+    return getattr(message, name) if message.HasField(name) else None
+
+
+def reject_unknown_fields(message) -> None:
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    unknown = UnknownFieldSet(message)
+    if len(unknown):
+        numbers = sorted({field.field_number for field in unknown})
+        raise ConfigError(f"Settings has field number(s) {numbers} this server does not know (or of the wrong "
+                          f"type); known: {list(names())}")
+
+
+def state_message(report: dict) -> pb.State:
+    """A replica's dspark report (/get_server_info) as a State."""
+    return pb.State(settings=settings_to_message(report), version=report["version"], gamma=report["gamma"],
+                    last_rejection=report.get("last_rejection") or "")
+
+
+def update_mask(*paths: str) -> field_mask_pb2.FieldMask:
+    return field_mask_pb2.FieldMask(paths=list(paths))

@@ -1,0 +1,96 @@
+"""The admin server process: dspark.admin.v1 plus grpc.health.v1 and reflection, beside one SGLang replica.
+
+    dspark admin-server --sglang-url http://127.0.0.1:30000 --port 50051 --admin-token-file /etc/dspark/admin \\
+        [--reader-token-file F] [--admin-tls-cert C --admin-tls-key K [--admin-tls-client-ca CA]] [--host H]
+        [--audit-log PATH] [--update-rate 5 --update-burst 10] [--metrics-port P] [--target DIR ...]
+
+`dspark serve --admin-port` starts it as a sidecar process of the replica (README: why a sidecar). Health:
+the empty service name and `dspark.admin.v1.Admin` are NOT_SERVING until the SGLang scheduler answers with
+its DSpark state, and go back to NOT_SERVING when it stops answering. Keepalive: the server pings idle
+clients every 60 s and accepts client pings no more often than every 10 s.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Optional
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from dspark.ops.admin.backend import SGLangBackend
+from dspark.ops.admin.security import AuditLog, TlsFiles, check_listen_address
+from dspark.ops.admin.service import AdminService
+from dspark.ops.admin.v1 import admin_pb2, admin_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+SERVICE = admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name
+HEALTH_POLL_S = 1.0
+KEEPALIVE = [("grpc.keepalive_time_ms", 60_000), ("grpc.keepalive_timeout_ms", 20_000),
+             ("grpc.keepalive_permit_without_calls", 1),
+             ("grpc.http2.min_ping_interval_without_data_ms", 10_000), ("grpc.http2.max_pings_without_data", 0)]
+MAX_WORKERS = 32  # each WatchState stream holds one
+
+
+@dataclass
+class RunningAdmin:
+    server: grpc.Server
+    port: int
+    stop_event: threading.Event
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        self.stop_event.set()
+        self.server.stop(grace_s).wait()
+
+
+def start(service: AdminService, host: str, port: int, tls: TlsFiles, insecure: bool = False) -> RunningAdmin:
+    """Bind and start; port 0 picks a free one. Raises ConfigError for an unsafe or bad transport."""
+    credentials = tls.server_credentials()
+    check_listen_address(host, credentials is not None, insecure)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_WORKERS), options=KEEPALIVE)
+    admin_pb2_grpc.add_AdminServicer_to_server(service, server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    address = f"{host}:{port}"
+    bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    server.start()
+    stop_event = threading.Event()
+    threading.Thread(target=track_health, args=(service.backend, health_servicer, stop_event), daemon=True,
+                     name="dspark-admin-health").start()
+    logger.info("dspark admin: %s on %s:%d (%s)", SERVICE, host, bound, "TLS" if credentials else "plaintext")
+    return RunningAdmin(server, bound, stop_event)
+
+
+def track_health(backend: SGLangBackend, servicer: health.HealthServicer, stop: threading.Event) -> None:
+    status: Optional[int] = None
+    while not stop.is_set():
+        now = health_pb2.HealthCheckResponse.SERVING if backend.ready() else \
+            health_pb2.HealthCheckResponse.NOT_SERVING
+        if now != status:
+            for name in ("", SERVICE):
+                servicer.set(name, now)
+            status = now
+        stop.wait(HEALTH_POLL_S)
+
+
+def metrics_server(audit: AuditLog, host: str, port: int) -> None:
+    """Serve `dspark_admin_update_attempts_total{rpc, result}` on /metrics at host:port (Prometheus)."""
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.core import CounterMetricFamily
+
+    class AuditCollector:
+        def collect(self):
+            family = CounterMetricFamily("dspark_admin_update_attempts", "admin update, rollback and profile "
+                                         "attempts by result", labels=["rpc", "result"])
+            for (rpc, result), count in sorted(audit.counts.items()):
+                family.add_metric([rpc, result], count)
+            yield family
+
+    registry = CollectorRegistry()
+    registry.register(AuditCollector())
+    start_http_server(port, addr=host, registry=registry)

@@ -1,0 +1,160 @@
+"""The dspark.admin.v1 Admin servicer: thin RPC handlers over the replica backend (backend.py).
+
+Reads (GetState, History, WatchState) need a reader or admin credential; changes (UpdateState, Rollback,
+ProfileSps) need an admin one, pass the per-caller rate limit, and each attempt is audited whatever its
+outcome. A change is one envelope-form `dspark` update (integration/runtime_state.py), so validation,
+versioning and history happen in the schedulers, atomically. Status codes:
+
+    INVALID_ARGUMENT    a value out of range, a wrong type or unknown field, an unknown mask path, an empty mask
+    ABORTED             expected_version is not the current version (read again, redo the change)
+    UNAUTHENTICATED     no valid token or client certificate
+    PERMISSION_DENIED   a reader called a change
+    RESOURCE_EXHAUSTED  over the caller's update rate
+    UNAVAILABLE         the SGLang server did not answer
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import grpc
+
+from dspark.integration.runtime_state import PREVIOUS, VersionConflict
+from dspark.kernels.sps import SpsTable
+from dspark.models.errors import ConfigError
+from dspark.ops.admin.backend import ReplicaUnavailable, SGLangBackend
+from dspark.ops.admin.convert import message_to_settings, settings_to_message, state_message
+from dspark.ops.admin.security import AuditLog, Caller, Denied, RateLimiter, TokenBook, authorize
+from dspark.ops.admin.v1 import admin_pb2 as pb
+from dspark.ops.admin.v1 import admin_pb2_grpc
+
+DEFAULT_WATCH_INTERVAL_S = 1.0
+
+
+@dataclass
+class AdminService(admin_pb2_grpc.AdminServicer):
+    backend: SGLangBackend
+    tokens: TokenBook
+    limiter: RateLimiter
+    audit: AuditLog
+    profile: Optional[Callable[[], tuple[SpsTable, Path]]] = None  # measure and save a new SPS table
+
+    # ------------------------------------------------------------------ reads
+
+    def GetState(self, request, context):
+        self.reader(context, "GetState")
+        return state_message(self.report(context))
+
+    def History(self, request, context):
+        self.reader(context, "History")
+        return pb.HistoryResponse(entries=[
+            pb.HistoryEntry(version=c["version"], caller=c["caller"], time_unix_s=c["time"], action=c["action"],
+                            settings=settings_to_message(c["state"]))
+            for c in self.report(context)["history"]])
+
+    def WatchState(self, request, context):
+        self.reader(context, "WatchState")
+        interval = request.interval_s if request.interval_s > 0 else DEFAULT_WATCH_INTERVAL_S
+        previous = self.report(context)
+        yield pb.WatchEvent(state=state_message(previous))
+        while context.is_active():
+            time.sleep(interval)
+            report = self.report(context)
+            event = pb.WatchEvent(stats=interval_stats(previous, report, interval))
+            if report["version"] != previous["version"]:
+                event.state.CopyFrom(state_message(report))
+            yield event
+            previous = report
+
+    # ---------------------------------------------------------------- changes
+
+    def UpdateState(self, request, context):
+        def envelope(caller: Caller) -> dict:
+            paths = list(request.update_mask.paths)
+            if not paths:
+                raise ConfigError("update_mask is empty: name the settings to change")
+            return {"set": message_to_settings(request.settings, paths), "caller": caller.name,
+                    "validate_only": request.validate_only, **expected(request)}
+        return self.change(context, "UpdateState", envelope)
+
+    def Rollback(self, request, context):
+        def envelope(caller: Caller) -> dict:
+            to = request.to_version if request.HasField("to_version") else PREVIOUS
+            return {"rollback_to": to, "caller": caller.name, **expected(request)}
+        return self.change(context, "Rollback", envelope)
+
+    def ProfileSps(self, request, context):
+        if self.profile is None:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this admin server was started without the target "
+                                                               "(--target) it would profile")
+        measured: dict = {}
+
+        def envelope(caller: Caller) -> dict:
+            measured["table"], measured["path"] = self.profile()
+            return {"set": {"sps_table": str(measured["path"])}, "caller": caller.name}
+        response = self.change(context, "ProfileSps", envelope)
+        table = measured["table"]
+        return pb.ProfileSpsResponse(state=response.state, sps_table=str(measured["path"]),
+                                     sample_batch_tokens=table.sample_batch_tokens,
+                                     sample_steps_per_sec=table.sample_steps_per_sec)
+
+    # ---------------------------------------------------------------- helpers
+
+    def reader(self, context, rpc: str) -> Caller:
+        try:
+            return authorize(self.tokens, context, rpc)
+        except Denied as denied:
+            context.abort(denied.code, denied.reason)
+
+    def report(self, context) -> dict:
+        try:
+            return self.backend.report()
+        except ReplicaUnavailable as err:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
+
+    def change(self, context, rpc: str, envelope: Callable[[Caller], dict]) -> pb.UpdateStateResponse:
+        """Authorize, rate-limit, apply and audit one change; abort with the status of the module docstring."""
+        audit = dict(rpc=rpc, caller="anonymous", peer=context.peer())
+        try:
+            caller = authorize(self.tokens, context, rpc)
+            audit["caller"] = caller.name
+            if not self.limiter.allow(caller.name):
+                raise Denied(grpc.StatusCode.RESOURCE_EXHAUSTED, f"update rate limit ({self.limiter.rate}/s, "
+                                                                 f"burst {self.limiter.burst}) exceeded", caller.name)
+            before = self.backend.report()
+            outcome = self.backend.update(envelope(caller))
+        except Denied as denied:
+            self.refuse(context, {**audit, "caller": denied.caller}, denied.code, denied.reason)
+        except VersionConflict as err:
+            self.refuse(context, audit, grpc.StatusCode.ABORTED, str(err))
+        except ConfigError as err:
+            self.refuse(context, audit, grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except ReplicaUnavailable as err:
+            self.refuse(context, audit, grpc.StatusCode.UNAVAILABLE, str(err))
+        before_state = {k: before[k] for k in outcome["state"]}
+        self.audit.record(**audit, result="applied" if outcome["applied"] else "validated", before=before_state,
+                          after=outcome["state"], version_before=before["version"],
+                          version_after=outcome["version"])
+        state = state_message({**outcome["state"], "version": outcome["version"], "gamma": before["gamma"]})
+        return pb.UpdateStateResponse(state=state, applied=outcome["applied"])
+
+    def refuse(self, context, audit: dict, code: grpc.StatusCode, reason: str) -> None:
+        self.audit.record(**audit, result=code.name.lower(), detail=reason)
+        context.abort(code, reason)
+
+
+def expected(request) -> dict:
+    return {"expected_version": request.expected_version} if request.HasField("expected_version") else {}
+
+
+def interval_stats(before: dict, after: dict, interval_s: float) -> pb.ServingStats:
+    """Serving stats between two reports, from the schedulers' counters since start (admin.py `totals`)."""
+    delta = {key: after["totals"][key] - before["totals"][key] for key in after["totals"]}
+    return pb.ServingStats(
+        interval_s=interval_s, rounds=delta["rounds"], drafts_verified=delta["drafts"],
+        tau=delta["accepted_tokens"] / delta["verify_forwards"] if delta["verify_forwards"] > 0 else 0.0,
+        verify_budget_per_request=delta["drafts"] / delta["requests"] if delta["requests"] > 0 else 0.0,
+        goodput_tok_s=after.get("last_gen_throughput", 0.0), step_overhead_s=after.get("step_overhead_s", 0.0),
+        state_version=after["version"])

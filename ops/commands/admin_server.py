@@ -1,0 +1,126 @@
+"""`dspark admin-server`: the gRPC admin API (dspark.admin.v1) for one SGLang replica, as a sidecar process.
+
+    dspark admin-server --sglang-url http://127.0.0.1:30000 --sglang-admin-key-file KEY \\
+        --admin-port 50051 --admin-token-file /etc/dspark/tokens/admin --reader-token-file /etc/dspark/tokens/reader
+
+`dspark serve --admin-port P` starts it with the same --admin-* flags (`add_admin_args`), so the Helm chart
+can run either. It stops on SIGTERM/SIGINT.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+import time
+from pathlib import Path
+
+from dspark.integration.startup import DTYPES, profile_table
+from dspark.models.cache import cache_root
+from dspark.models.errors import ConfigError
+from dspark.ops.admin import server
+from dspark.ops.admin.backend import SGLangBackend
+from dspark.ops.admin.security import AuditLog, RateLimiter, TlsFiles, TokenBook, check_listen_address
+from dspark.ops.admin.service import AdminService
+
+DEFAULT_UPDATE_RATE, DEFAULT_UPDATE_BURST = 5.0, 20
+
+
+def add_admin_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("gRPC admin (dspark.admin.v1; README: Operating the admin API)")
+    group.add_argument("--admin-port", type=int, default=None, help="serve the admin API on this port (0: any free)")
+    group.add_argument("--admin-host", default="127.0.0.1", help="admin listen address (non-loopback needs TLS "
+                                                                  "or --admin-insecure)")
+    group.add_argument("--admin-token-file", type=Path, action="append", default=[],
+                       help="a file holding one admin bearer token, named by the file name (repeatable)")
+    group.add_argument("--reader-token-file", type=Path, action="append", default=[],
+                       help="a file holding one read-only bearer token (repeatable)")
+    group.add_argument("--admin-tls-cert", type=Path, default=None, help="server certificate (PEM)")
+    group.add_argument("--admin-tls-key", type=Path, default=None, help="server private key (PEM)")
+    group.add_argument("--admin-tls-client-ca", type=Path, default=None,
+                       help="CA of client certificates: mTLS, every client must present one")
+    group.add_argument("--admin-insecure", action="store_true",
+                       help="allow a plaintext admin port on a non-loopback address")
+    group.add_argument("--admin-audit-log", type=Path, default=None,
+                       help="append every update attempt here as JSON lines (default: $DSPARK_CACHE/admin/audit-PORT.jsonl)")
+    group.add_argument("--admin-update-rate", type=float, default=DEFAULT_UPDATE_RATE,
+                       help="updates per second per caller (token bucket)")
+    group.add_argument("--admin-update-burst", type=int, default=DEFAULT_UPDATE_BURST, help="update burst per caller")
+    group.add_argument("--admin-metrics-port", type=int, default=None,
+                       help="Prometheus /metrics of the admin server (update attempts by result)")
+
+
+def admin_arg_list(args: argparse.Namespace) -> list[str]:
+    """The --admin-* flags of `args` as a command line (dspark serve passes them on to the sidecar)."""
+    out = ["--admin-port", str(args.admin_port), "--admin-host", args.admin_host,
+           "--admin-update-rate", str(args.admin_update_rate), "--admin-update-burst", str(args.admin_update_burst)]
+    for flag, paths in (("--admin-token-file", args.admin_token_file), ("--reader-token-file", args.reader_token_file)):
+        for path in paths:
+            out += [flag, str(Path(path).resolve())]
+    for flag, value in (("--admin-tls-cert", args.admin_tls_cert), ("--admin-tls-key", args.admin_tls_key),
+                        ("--admin-tls-client-ca", args.admin_tls_client_ca), ("--admin-audit-log", args.admin_audit_log)):
+        if value is not None:
+            out += [flag, str(Path(value).resolve())]
+    if args.admin_metrics_port is not None:
+        out += ["--admin-metrics-port", str(args.admin_metrics_port)]
+    return out + (["--admin-insecure"] if args.admin_insecure else [])
+
+
+def check_admin_args(args: argparse.Namespace) -> TokenBook:
+    """Validate the admin flags before anything starts; the token book they configure."""
+    if args.admin_port is None or not 0 <= args.admin_port < 65536:
+        raise ConfigError(f"--admin-port must be in 0..65535, got {args.admin_port}")
+    if args.admin_update_rate <= 0 or args.admin_update_burst < 1:
+        raise ConfigError("--admin-update-rate must be > 0 and --admin-update-burst >= 1")
+    book = TokenBook.from_files(args.admin_token_file, args.reader_token_file)
+    tls = TlsFiles(args.admin_tls_cert, args.admin_tls_key, args.admin_tls_client_ca)
+    if not book.tokens and tls.client_ca is None:
+        raise ConfigError("the admin API needs credentials: --admin-token-file (and --reader-token-file), or "
+                          "--admin-tls-client-ca for client certificates")
+    check_listen_address(args.admin_host, tls.cert is not None, args.admin_insecure)
+    return book
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("admin-server", help="the gRPC admin API beside one SGLang replica (sidecar)",
+                                   description=__doc__.splitlines()[0])
+    parser.add_argument("--sglang-url", required=True, help="the replica's HTTP address, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--sglang-admin-key-file", type=Path, default=None,
+                        help="file with SGLang's --admin-api-key (needed for /set_internal_state)")
+    add_admin_args(parser)
+    parser.set_defaults(func=run)
+
+
+def sps_profiler(backend: SGLangBackend):
+    """ProfileSps: time the replica's target on its device now and save the table under $DSPARK_CACHE/sps/."""
+    def profile():
+        info = backend.server_info()
+        device = "cuda" if str(info.get("device", "cpu")).startswith("cuda") else "cpu"
+        dtype = DTYPES.get(str(info.get("dtype")), DTYPES["float32"] if device == "cpu" else DTYPES["bfloat16"])
+        target = Path(info["model_path"])
+        table = profile_table(target, device, dtype, info["dspark"]["gamma"] + 1, int(info["max_running_requests"]))
+        path = cache_root() / "sps" / f"{target.name}-profiled-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table.save(path)
+        return table, path
+    return profile
+
+
+def run(args: argparse.Namespace) -> int:
+    book = check_admin_args(args)
+    key = args.sglang_admin_key_file.read_text().strip() if args.sglang_admin_key_file else None
+    backend = SGLangBackend(args.sglang_url.rstrip("/"), key)
+    audit = AuditLog(args.admin_audit_log or cache_root() / "admin" / f"audit-{args.admin_port}.jsonl")
+    service = AdminService(backend, book, RateLimiter(args.admin_update_rate, args.admin_update_burst), audit,
+                           sps_profiler(backend))
+    tls = TlsFiles(args.admin_tls_cert, args.admin_tls_key, args.admin_tls_client_ca)
+    running = server.start(service, args.admin_host, args.admin_port, tls, args.admin_insecure)
+    if args.admin_metrics_port is not None:
+        server.metrics_server(audit, args.admin_host, args.admin_metrics_port)
+    print(f"dspark admin-server: dspark.admin.v1 on {args.admin_host}:{running.port} for {args.sglang_url}",
+          flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    running.stop()
+    return 0

@@ -1,0 +1,68 @@
+"""A real `dspark serve --admin-port` (SGLang + dspark's plugin + the admin sidecar) started for a test."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dspark.integration.server import free_port
+from dspark.ops.admin.client import AdminClient, Credentials
+
+from tests.paths import EMBEDDED, EMBEDDED_TARGET
+
+READY_TIMEOUT_S = 400.0
+GAMMA = 5  # embedded/dspark's block size
+
+
+class DsparkServe:
+    """`dspark serve` of the embedded target + DSpark with the admin API, in its own process group."""
+
+    def __init__(self, folder: Path, cache: Path, admin_token: Path, reader_token: Path, *sglang_args: str):
+        self.folder, self.port, self.admin_port = folder, free_port(), free_port()
+        self.url, self.admin_address = f"http://127.0.0.1:{self.port}", f"127.0.0.1:{self.admin_port}"
+        self.audit_log, self.log = folder / "audit.jsonl", folder / "serve.log"
+        self.admin_token, self.reader_token = admin_token, reader_token
+        self.command = [sys.executable, "-m", "dspark.ops.cli", "serve", "--target", str(EMBEDDED_TARGET),
+                        "--drafter", str(EMBEDDED / "dspark"), "--device", "cpu", "--port", str(self.port),
+                        "--policy", "fixed", "--admin-port", str(self.admin_port),
+                        "--admin-token-file", str(admin_token), "--reader-token-file", str(reader_token),
+                        "--admin-audit-log", str(self.audit_log), "--admin-update-rate", "100000",
+                        "--admin-update-burst", "100000", "--", "--max-running-requests", "8",
+                        "--decode-log-interval", "1", "--enable-metrics", *sglang_args]
+        self.env = {**os.environ, "DSPARK_CACHE": str(cache)}
+        self.env.pop("TRITON_INTERPRET", None)
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "DsparkServe":
+        self.process = subprocess.Popen(self.command, env=self.env, cwd=self.folder, stdout=self.log.open("w"),
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def wait_ready(self) -> None:
+        client = self.client(self.reader_token)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        try:
+            while not client.serving():
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"dspark serve did not become ready:\n{self.log.read_text()[-4000:]}")
+                time.sleep(1.0)
+        finally:
+            client.close()
+
+    def client(self, token_file: Path | None) -> AdminClient:
+        token = token_file.read_text().strip() if token_file else None
+        return AdminClient(self.admin_address, Credentials(token))
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()

@@ -1,0 +1,374 @@
+"""The gRPC admin API for real: two `dspark serve --admin-port` replicas (SGLang on CPU, the embedded target and
+its DSpark drafter, dspark's plugin, the admin sidecar), driven through dspark.admin.v1, grpcurl, `dspark admin`
+and SGLang's own HTTP API.
+
+Replica A takes the single-replica checks (live changes, credentials, status codes, rollback, the fuzz, the
+HTTP side door, grpcurl); A and B together take the fleet checks (two-phase set, undo on a version conflict,
+canary order).
+"""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+
+from dspark.models.decoding.settings import POLICIES, THRESHOLD_ON, VerifySettings, names
+from dspark.models.errors import ConfigError
+from dspark.ops.admin.client import AdminClient, Credentials
+from dspark.ops.admin.convert import message_to_settings, settings_to_message, update_mask
+from dspark.ops.admin.fleet import fleet_update
+from dspark.ops.admin.v1 import admin_pb2 as pb
+from dspark.ops.cli import main
+
+from tests.integration.dspark_serve import GAMMA, DsparkServe
+from tests.integration.hf_reference import hf_greedy
+from tests.paths import EMBEDDED_TARGET
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = ["def __init__(self", "import os\nimport sys\n\n\ndef main(", "for i in range(", "class Node:\n    "]
+MAX_NEW_TOKENS = 24
+FUZZ_UPDATES, FUZZ_CLIENTS = 2000, 4
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("tokens")
+    files = {}
+    for name in ("ops-admin", "dashboard"):
+        files[name] = folder / name
+        files[name].write_text(f"{name}-token-{random.Random(name).getrandbits(128):x}\n")
+    return files
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory, tokens):
+    cache = tmp_path_factory.mktemp("dspark-cache")
+    servers = [DsparkServe(tmp_path_factory.mktemp(f"replica-{name}"), cache, tokens["ops-admin"],
+                           tokens["dashboard"]).start() for name in "ab"]
+    try:
+        for server in servers:
+            server.wait_ready()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def replica(replicas) -> DsparkServe:
+    return replicas[0]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return {prompt: ids for prompt, (ids, _) in hf_greedy(EMBEDDED_TARGET, PROMPTS, MAX_NEW_TOKENS).items()}
+
+
+@pytest.fixture
+def admin(replica, tokens):
+    client = replica.client(tokens["ops-admin"])
+    client.update({"policy": "fixed", "threshold": None, "max_verify_length": None})  # each test starts here
+    yield client
+    client.close()
+
+
+def post(url: str, path: str, body: dict, key: str | None = None, timeout: float = 120) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, {"body": err.read().decode(errors="replace")}
+
+
+def greedy(replica: DsparkServe, prompts: list[str]) -> list[list[int]]:
+    status, reply = post(replica.url, "/generate", {"text": prompts, "sampling_params": {
+        "max_new_tokens": MAX_NEW_TOKENS, "temperature": 0}})
+    assert status == 200, reply
+    return [item["output_ids"] for item in reply]
+
+
+def dspark_info(replica: DsparkServe) -> dict:
+    with urllib.request.urlopen(replica.url + "/get_server_info", timeout=60) as response:
+        return json.loads(response.read())["internal_states"][0]["dspark"]
+
+
+def code_of(call) -> grpc.StatusCode:
+    with pytest.raises(grpc.RpcError) as refused:
+        call()
+    return refused.value.code()
+
+
+# ------------------------------------------------------------------------------------------ single replica
+
+
+def test_health_and_state(replica, tokens, admin):
+    assert admin.serving()
+    state = admin.get()
+    assert state.gamma == GAMMA and state.settings.policy == "fixed"
+    assert message_to_settings(state.settings) == {**VerifySettings(policy="fixed").to_dict(),
+                                                   "sps_table": message_to_settings(state.settings)["sps_table"]}
+
+
+def test_live_changes_move_the_verify_budget_while_requests_stay_identical(replica, tokens, admin, reference):
+    watcher = replica.client(tokens["dashboard"])
+    budgets: dict[int, list[float]] = {}
+
+    def watch():
+        for event in watcher.watch(interval_s=0.5, timeout_s=120):
+            if event.HasField("stats") and event.stats.rounds:
+                budgets.setdefault(event.stats.state_version, []).append(event.stats.verify_budget_per_request)
+            if stop.is_set():
+                return
+
+    stop = threading.Event()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        watching = pool.submit(watch)
+        in_flight = pool.submit(lambda: [greedy(replica, PROMPTS) for _ in range(3)])
+        versions = {}
+        for policy in ("mtp1", "fixed", "mtp1"):
+            time.sleep(1.5)
+            versions[policy] = admin.update({"policy": policy}).state.version
+            assert dspark_info(replica)["policy"] == policy  # no restart: the next rounds plan with it
+        outputs = in_flight.result()
+        greedy(replica, PROMPTS)  # rounds under the last state
+        time.sleep(1.5)
+        stop.set()
+        watching.result()
+    watcher.close()
+    for batch in outputs:  # requests in flight across three live changes: still the target's own greedy text
+        assert batch == [reference[p] for p in PROMPTS]
+    assert budgets[versions["mtp1"]][-1] == 1.0  # WatchState: one draft per request per round under mtp1
+    assert dspark_info(replica)["mean_verify_budget"] == 1.0  # /get_server_info agrees
+
+
+def test_credentials_and_roles(replica, tokens, admin):
+    anonymous, reader = replica.client(None), replica.client(tokens["dashboard"])
+    wrong = AdminClient(replica.admin_address, Credentials("not-a-token-of-this-server"))
+    try:
+        assert code_of(anonymous.get) == grpc.StatusCode.UNAUTHENTICATED
+        assert code_of(wrong.get) == grpc.StatusCode.UNAUTHENTICATED
+        assert reader.get().version == admin.get().version  # readers read
+        assert code_of(lambda: reader.update({"policy": "mtp1"})) == grpc.StatusCode.PERMISSION_DENIED
+        assert code_of(lambda: reader.rollback()) == grpc.StatusCode.PERMISSION_DENIED
+        assert anonymous.serving()  # health needs no credential
+    finally:
+        for client in (anonymous, reader, wrong):
+            client.close()
+
+
+@pytest.mark.parametrize("request_, code", [
+    (pb.UpdateStateRequest(settings=pb.Settings(threshold=1.5), update_mask=update_mask("threshold")),
+     grpc.StatusCode.INVALID_ARGUMENT),
+    (pb.UpdateStateRequest(settings=pb.Settings(max_verify_length=GAMMA + 1),
+                           update_mask=update_mask("max_verify_length")), grpc.StatusCode.INVALID_ARGUMENT),
+    (pb.UpdateStateRequest(settings=pb.Settings(policy="greedy"), update_mask=update_mask("policy")),
+     grpc.StatusCode.INVALID_ARGUMENT),
+    (pb.UpdateStateRequest(settings=pb.Settings(policy="threshold"), update_mask=update_mask("policy")),
+     grpc.StatusCode.INVALID_ARGUMENT),  # the threshold policy without a threshold
+    (pb.UpdateStateRequest(update_mask=update_mask("speed")), grpc.StatusCode.INVALID_ARGUMENT),  # unknown path
+    (pb.UpdateStateRequest(settings=pb.Settings(policy="mtp1")), grpc.StatusCode.INVALID_ARGUMENT),  # empty mask
+    (pb.UpdateStateRequest(settings=pb.Settings(policy="mtp1"), update_mask=update_mask("policy"),
+                           expected_version=10**6), grpc.StatusCode.ABORTED),
+])
+def test_bad_updates_get_their_status_and_change_nothing(admin, request_, code):
+    before = admin.get()
+    assert code_of(lambda: admin.stub.UpdateState(request_, metadata=admin.metadata)) == code
+    after = admin.get()
+    assert after.version == before.version and after.settings == before.settings
+
+
+def test_unknown_fields_and_wrong_types_on_the_wire_are_refused(admin):
+    before = admin.get()
+    mask = update_mask("policy").SerializeToString()
+    unknown_field = b"\xa0\x06\x01"  # Settings field 100, varint 1: a field this server does not know
+    wrong_type = b"\x12\x03abc" + b"\x0a\x04mtp1"  # threshold (field 2, a double) sent as bytes; policy mtp1
+    for settings in (unknown_field, wrong_type):
+        raw = b"\x0a" + bytes([len(settings)]) + settings + b"\x12" + bytes([len(mask)]) + mask
+        call = admin.channel.unary_unary("/dspark.admin.v1.Admin/UpdateState", request_serializer=lambda r: r,
+                                         response_deserializer=pb.UpdateStateResponse.FromString)
+        assert code_of(lambda: call(raw, metadata=admin.metadata)) == grpc.StatusCode.INVALID_ARGUMENT
+    assert admin.get().version == before.version
+
+
+def test_rollback_restores_the_previous_state_exactly(admin):
+    start = admin.get()
+    changed = admin.update({"policy": "threshold", "threshold": 0.35, "threshold_on": "confidence",
+                            "max_verify_length": 3, "sts_temperatures": [1.0, 1.2, 1.4, 1.6, 1.8]})
+    assert changed.applied and changed.state.version == start.version + 1
+    undone = admin.rollback()
+    assert undone.state.version == start.version + 2 and undone.state.settings == start.settings
+    assert admin.get().settings == start.settings
+    history = admin.history().entries
+    assert [e.action for e in history[-2:]] == ["update", "rollback"] and history[-1].caller == "ops-admin"
+    assert admin.rollback(to_version=changed.state.version).state.settings == changed.state.settings
+
+
+def test_validate_only_checks_without_changing(admin):
+    before = admin.get()
+    reply = admin.update({"policy": "mtp1"}, expected_version=before.version, validate_only=True)
+    assert not reply.applied and reply.state.settings.policy == "mtp1"
+    assert admin.get().version == before.version and admin.get().settings.policy == before.settings.policy
+
+
+def random_update(rng: random.Random) -> tuple[dict, dict]:
+    """A random settings patch (valid or not) and the UpdateState options to send it with."""
+    values = {
+        "policy": lambda: rng.choice(POLICIES + ("greedy", "")),
+        "threshold": lambda: rng.choice([None, round(rng.uniform(-0.5, 1.5), 3)]),
+        "threshold_on": lambda: rng.choice(THRESHOLD_ON + ("logit",)),
+        "min_verify_length": lambda: rng.randint(-2, GAMMA + 2),
+        "max_verify_length": lambda: rng.choice([None, rng.randint(-2, GAMMA + 2)]),
+        "budget_fraction": lambda: rng.choice([None, round(rng.uniform(-0.2, 1.3), 3)]),
+        "max_batch_tokens": lambda: rng.choice([None, rng.randint(-1, 64)]),
+        "sps_table": lambda: rng.choice([None, "/nonexistent/sps.json"]),
+        "sts_temperatures": lambda: rng.choice([None, [round(rng.uniform(-0.5, 3), 2)
+                                                       for _ in range(rng.choice([1, GAMMA, GAMMA, 7]))]]),
+    }
+    patch = {name: values[name]() for name in rng.sample(names(), rng.randint(1, 4))}
+    options = {"validate_only": rng.random() < 0.1, "expected_version": None}
+    return patch, options
+
+
+def test_fuzz_thousands_of_random_updates(replica, tokens, admin, reference):
+    start = admin.get()
+    audit_before = len(replica.audit_log.read_text().splitlines())
+    outcomes = {"applied": 0, "validated": 0, "refused": 0}
+    lock = threading.Lock()
+
+    def client_run(seed: int):
+        rng, client = random.Random(seed), replica.client(tokens["ops-admin"])
+        try:
+            for _ in range(FUZZ_UPDATES // FUZZ_CLIENTS):
+                patch, options = random_update(rng)
+                if rng.random() < 0.05:
+                    options["expected_version"] = client.get().version + rng.choice([0, 1, -1])
+                try:
+                    reply = client.update(patch, **options)
+                    kind = "applied" if reply.applied else "validated"
+                except grpc.RpcError as err:
+                    assert err.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ABORTED), err
+                    kind = "refused"
+                with lock:
+                    outcomes[kind] += 1
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(max_workers=FUZZ_CLIENTS) as pool:
+        list(pool.map(client_run, range(FUZZ_CLIENTS)))
+    assert sum(outcomes.values()) == FUZZ_UPDATES and outcomes["applied"] > 50 and outcomes["refused"] > 50
+    end = admin.get()
+    assert end.version - start.version == outcomes["applied"]  # one version per accepted change, no gaps
+    history = admin.history().entries
+    assert [e.version for e in history] == list(range(end.version - len(history) + 1, end.version + 1))
+    for entry in history:  # every accepted state was valid
+        VerifySettings.from_dict(message_to_settings(entry.settings)).check_gamma(GAMMA)
+    audit = replica.audit_log.read_text().splitlines()[audit_before:]
+    assert len(audit) == FUZZ_UPDATES  # exactly one audit line per attempt
+    assert sum(json.loads(line)["result"] == "applied" for line in audit) == outcomes["applied"]
+    assert admin.serving()
+    admin.update({"policy": "fixed", "threshold": None, "max_verify_length": None, "min_verify_length": 0,
+                  "budget_fraction": None, "max_batch_tokens": None, "sts_temperatures": None,
+                  "sps_table": message_to_settings(start.settings)["sps_table"], "threshold_on": "survival"})
+    assert greedy(replica, PROMPTS) == [reference[p] for p in PROMPTS]  # still serving the target's own text
+
+
+def test_the_http_side_door_needs_the_admin_credential(replica, tokens):
+    body = {"server_args": {"dspark": {"policy": "mtp1"}}}
+    before = dspark_info(replica)["version"]
+    assert post(replica.url, "/set_internal_state", body)[0] == 401
+    assert post(replica.url, "/set_internal_state", body, key="wrong-key")[0] == 401
+    assert dspark_info(replica)["version"] == before
+    status, reply = post(replica.url, "/v1/completions", {"model": "default", "prompt": PROMPTS[0],
+                                                          "max_tokens": 4, "temperature": 0})
+    assert status == 200 and reply["choices"][0]["text"]  # the public API stays open
+    key = tokens["ops-admin"].read_text().strip()  # dspark serve gave SGLang the first admin token as its key
+    assert post(replica.url, "/set_internal_state", body, key=key) == (200, [True])
+
+
+def test_grpcurl_lists_services_and_calls_get_and_update(replica, tokens, admin):
+    grpcurl = str(Path(sys.executable).parent / "grpcurl")
+    token = tokens["ops-admin"].read_text().strip()
+
+    def run(*args: str) -> str:
+        done = subprocess.run([grpcurl, "-plaintext", *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    services = run(replica.admin_address, "list").split()
+    assert {"dspark.admin.v1.Admin", "grpc.health.v1.Health"} <= set(services)
+    state = json.loads(run("-H", f"authorization: Bearer {token}", replica.admin_address,
+                           "dspark.admin.v1.Admin/GetState"))
+    assert state["gamma"] == GAMMA
+    reply = json.loads(run("-H", f"authorization: Bearer {token}", "-d",
+                           '{"settings": {"max_verify_length": 3}, "update_mask": {"paths": ["max_verify_length"]}}',
+                           replica.admin_address, "dspark.admin.v1.Admin/UpdateState"))
+    assert reply["applied"] and reply["state"]["settings"]["max_verify_length"] == "3"  # int64 as a JSON string
+    assert admin.get().settings.max_verify_length == 3
+
+
+# ------------------------------------------------------------------------------------------------- fleet
+
+
+def fleet_clients(replicas, tokens) -> list[AdminClient]:
+    return [r.client(tokens["ops-admin"]) for r in replicas]
+
+
+def test_dspark_admin_set_converges_every_replica(replicas, tokens, capsys):
+    addresses = sum((["--replica", r.admin_address] for r in replicas), [])
+    code = main(["admin", "set", *addresses, "--token-file", str(tokens["ops-admin"]), "--json",
+                 "--policy", "threshold", "--threshold", "0.25"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and [r["result"] for r in report["replicas"]] == ["applied", "applied"]
+    assert all(dspark_info(r)["policy"] == "threshold" and dspark_info(r)["threshold"] == 0.25 for r in replicas)
+    assert main(["admin", "get", *addresses, "--token-file", str(tokens["dashboard"])]) == 0
+    table = capsys.readouterr().out
+    assert table.count("threshold") >= 2 and "0.25" in table
+
+
+def test_a_failed_apply_leaves_no_replica_changed(replicas, tokens):
+    clients = fleet_clients(replicas, tokens)
+    before = [c.get() for c in clients]
+
+    def conflict_on_b(line: str):  # between validation and apply, someone else changes replica B
+        if line.startswith("applying"):
+            clients[1].update({"max_verify_length": 2})
+
+    result = fleet_update(clients, {"policy": "mtp1"}, log=conflict_on_b)
+    assert not result.converged
+    assert [o.result for o in result.outcomes] == ["rolled back", "not applied"]
+    assert "ABORTED" in result.outcomes[1].detail
+    assert clients[0].get().settings == before[0].settings  # A took the change and gave it back
+    assert clients[1].get().settings.policy == before[1].settings.policy
+    for client in clients:
+        client.close()
+
+
+def test_canary_changes_one_replica_first(replicas, tokens):
+    clients = fleet_clients(replicas, tokens)
+    seen = []
+
+    def note(line: str):
+        if line.startswith("applying"):
+            seen.append((line, [c.get().settings.max_verify_length for c in clients]))
+
+    result = fleet_update(clients, {"max_verify_length": 4}, canary=1, canary_wait_s=2.0, log=note)
+    assert result.converged, result
+    (first, _), (second, lengths_then) = seen
+    assert replicas[0].admin_address in first and replicas[1].admin_address not in first
+    assert lengths_then[0] == 4 and lengths_then[1] != 4  # the canary ran the change alone for a while
+    assert [c.get().settings.max_verify_length for c in clients] == [4, 4]
+    for client in clients:
+        client.close()
