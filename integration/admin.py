@@ -102,9 +102,12 @@ def _with_dspark_handler(original, controller):
 
 def _report(result, controller, state: dict) -> None:
     if planner.store is not None:
-        reporter = controller.scheduler.metrics_reporter  # SGLang's acceptance counters, updated per log interval
-        totals = {**planner.trace.totals(), "accepted_tokens": reporter.spec_total_num_accept_tokens,
-                  "verify_forwards": reporter.spec_total_num_forward_ct}
+        # SGLang's acceptance counters: the lifetime totals move once per decode log interval, the current
+        # interval's counts every round; their sum is up to date.
+        reporter = controller.scheduler.metrics_reporter
+        totals = {**planner.trace.totals(),
+                  "accepted_tokens": reporter.spec_total_num_accept_tokens + reporter.spec_num_accept_tokens,
+                  "verify_forwards": reporter.spec_total_num_forward_ct + reporter.spec_num_forward_ct}
         state[KEY] = {**planner.store.report(), **planner.trace.report(), "totals": totals,
                       "step_overhead_s": planner.clock.overhead()}
 

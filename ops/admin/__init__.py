@@ -2,7 +2,7 @@
 
     v1/admin.proto   the API (source of truth; `make proto` regenerates v1/admin_pb2*.py)
     convert.py       Settings messages <-> the settings schema (models/decoding/settings.py)
-    backend.py       the replica: SGLang's /set_internal_state and /get_server_info on loopback
+    backend.py       the replica: SGLang's /set_internal_state and /server_info on loopback
     security.py      tokens and roles, TLS/mTLS, the plaintext refusal, the rate limit, the audit log
     service.py       the Admin servicer, thin over the backend
     server.py        the process: Admin + grpc.health.v1 + reflection, keepalive, health tracking

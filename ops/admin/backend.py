@@ -30,7 +30,7 @@ class SGLangBackend:
 
     def server_info(self) -> dict:
         """The first scheduler's internal state (model_path, device, dtype, ..., and `dspark`)."""
-        info = self._call("GET", "/get_server_info")
+        info = self._call("GET", "/server_info")
         state = (info.get("internal_states") or [{}])[0]
         if "dspark" not in state:
             raise ReplicaUnavailable("the server runs no DSpark planner (is dspark's plugin loaded?)")

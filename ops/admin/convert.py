@@ -56,7 +56,7 @@ def reject_unknown_fields(message) -> None:
 
 
 def state_message(report: dict) -> pb.State:
-    """A replica's dspark report (/get_server_info) as a State."""
+    """A replica's dspark report (/server_info) as a State."""
     return pb.State(settings=settings_to_message(report), version=report["version"], gamma=report["gamma"],
                     last_rejection=report.get("last_rejection") or "")
 

@@ -150,8 +150,9 @@ def expected(request) -> dict:
 
 
 def interval_stats(before: dict, after: dict, interval_s: float) -> pb.ServingStats:
-    """Serving stats between two reports, from the schedulers' counters since start (admin.py `totals`)."""
-    delta = {key: after["totals"][key] - before["totals"][key] for key in after["totals"]}
+    """Serving stats between two reports, from the schedulers' counters since start (admin.py `totals`; SGLang
+    zeroes its own on some resets, so a negative difference counts as nothing)."""
+    delta = {key: max(0, after["totals"][key] - before["totals"][key]) for key in after["totals"]}
     return pb.ServingStats(
         interval_s=interval_s, rounds=delta["rounds"], drafts_verified=delta["drafts"],
         tau=delta["accepted_tokens"] / delta["verify_forwards"] if delta["verify_forwards"] > 0 else 0.0,
