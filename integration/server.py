@@ -85,6 +85,19 @@ def server_environment(cpu: bool, extra: dict[str, str] | None = None) -> dict[s
     return dict(os.environ, **(extra or {}), **(CPU_ENV if cpu else {}))
 
 
+def stop_process_group(process: subprocess.Popen | None, timeout_s: float = 30.0) -> None:
+    """SIGTERM the process group a `start_new_session` process leads (SGLang forks its scheduler and
+    detokenizer into it), then SIGKILL whatever is still there after `timeout_s`."""
+    if process is None or process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 class SGLangServer:
     """A running `sglang.launch_server`; use as a context manager.
 
@@ -128,14 +141,7 @@ class SGLangServer:
                            f"{self.log_tail()}")
 
     def stop(self) -> None:
-        if self._process is None or self._process.poll() is not None:
-            return
-        os.killpg(self._process.pid, signal.SIGTERM)
-        try:
-            self._process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self._process.pid, signal.SIGKILL)
-            self._process.wait()
+        stop_process_group(self._process)
 
     def log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:] if self.log_path.exists() else ""

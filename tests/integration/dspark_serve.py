@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from dspark.integration.server import free_port
+from dspark.integration.server import free_port, stop_process_group
 from dspark.ops.admin.client import AdminClient, Credentials
 
 from tests.paths import EMBEDDED, EMBEDDED_TARGET
@@ -58,11 +57,4 @@ class DsparkServe:
         return AdminClient(self.admin_address, Credentials(token))
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        stop_process_group(self.process)
