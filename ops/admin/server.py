@@ -78,8 +78,9 @@ def track_health(backend: SGLangBackend, servicer: health.HealthServicer, stop: 
         stop.wait(HEALTH_POLL_S)
 
 
-def metrics_server(audit: AuditLog, host: str, port: int) -> None:
-    """Serve `dspark_admin_update_attempts_total{rpc, result}` on /metrics at host:port (Prometheus)."""
+def metrics_server(audit: AuditLog, host: str, port: int):
+    """Serve `dspark_admin_update_attempts_total{rpc, result}` on /metrics at host:port (Prometheus); returns
+    the HTTP server (its `shutdown()` stops it)."""
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.core import CounterMetricFamily
 
@@ -93,4 +94,5 @@ def metrics_server(audit: AuditLog, host: str, port: int) -> None:
 
     registry = CollectorRegistry()
     registry.register(AuditCollector())
-    start_http_server(port, addr=host, registry=registry)
+    http_server, _thread = start_http_server(port, addr=host, registry=registry)
+    return http_server

@@ -80,6 +80,8 @@ def replicas(args: argparse.Namespace) -> list[str]:
 
 
 def clients(args: argparse.Namespace) -> list[AdminClient]:
+    if args.token_file is not None and not args.token_file.is_file():
+        raise ConfigError(f"token file {args.token_file} does not exist")
     token = args.token_file.read_text().strip() if args.token_file else None
     credentials = Credentials(token, args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name)
     return [AdminClient(address, credentials, args.timeout) for address in replicas(args)]

@@ -319,6 +319,36 @@ def test_grpcurl_lists_services_and_calls_get_and_update(replica, tokens, admin)
     assert admin.get().settings.max_verify_length == 3
 
 
+def test_profile_sps_installs_a_freshly_measured_table_as_a_new_version(replica, tokens, admin):
+    before = admin.get()
+    reply = admin.profile_sps()
+    table = json.loads(Path(reply.sps_table).read_text())
+    assert reply.state.version == before.version + 1 and reply.state.settings.sps_table == reply.sps_table
+    assert list(reply.sample_batch_tokens) == table["sample_batch_tokens"] and len(table["sample_batch_tokens"]) > 3
+    assert dspark_info(replica)["sps_table"] == reply.sps_table
+    assert admin.history().entries[-1].caller == "ops-admin"
+
+
+def test_the_admin_cli_reads_watches_and_rolls_back(replica, tokens, admin, capsys):
+    where = ["--replica", replica.admin_address]
+    admin.update({"max_verify_length": 2})
+    assert main(["admin", "rollback", *where, "--token-file", str(tokens["ops-admin"]), "--json"]) == 0
+    rolled = json.loads(capsys.readouterr().out)["replicas"][0]
+    assert rolled["max_verify_length"] is None and rolled["version"] == admin.get().version
+    assert main(["admin", "history", *where, "--token-file", str(tokens["dashboard"]), "--json"]) == 0
+    history = json.loads(capsys.readouterr().out)["replicas"]
+    assert [h["action"] for h in history[-2:]] == ["update", "rollback"]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        traffic = pool.submit(greedy, replica, PROMPTS)
+        assert main(["admin", "watch", *where, "--token-file", str(tokens["dashboard"]), "--json",
+                     "--interval", "0.5", "--duration", "2"]) == 0
+        traffic.result()
+    stats = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert stats and all(s["replica"] == replica.admin_address for s in stats)
+    assert main(["admin", "get", *where, "--token-file", "/nonexistent/token"]) == 2
+    assert "token file /nonexistent/token does not exist" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------------------------------- fleet
 
 

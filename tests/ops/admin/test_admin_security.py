@@ -2,6 +2,7 @@
 the rate limit and the audit log, on a real gRPC server (no SGLang behind it: these checks come first)."""
 import json
 import subprocess
+import urllib.request
 
 import grpc
 import pytest
@@ -97,6 +98,13 @@ def test_every_refused_change_is_audited_and_counted(running, tmp_path):
         ("alice", "unavailable"), ("alice", "resource_exhausted")]
     assert all(line["peer"].startswith("ipv4:127.0.0.1") and line["rpc"] == "UpdateState" for line in lines)
     assert audit.counts[("UpdateState", "unavailable")] == 2
+    port = free_port()
+    metrics = server.metrics_server(audit, "127.0.0.1", port)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        exposition = response.read().decode()
+    metrics.shutdown()
+    assert 'dspark_admin_update_attempts_total{result="unavailable",rpc="UpdateState"} 2.0' in exposition
+    assert 'dspark_admin_update_attempts_total{result="unauthenticated",rpc="UpdateState"} 1.0' in exposition
     assert not clients["admin"].serving()  # health: NOT_SERVING without a replica, and open to anyone
     for client in clients.values():
         client.close()
