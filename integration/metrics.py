@@ -1,0 +1,156 @@
+"""dspark's Prometheus metrics on SGLang's own `/metrics` (with `--enable-metrics`), from the scheduler processes.
+
+SGLang serves /metrics from its HTTP process with prometheus_client's multiprocess collector over
+PROMETHEUS_MULTIPROC_DIR, so metrics created here, in a scheduler process, appear there too (gauges say how
+their per-process values combine). They are created on first use, never at import: prometheus_client picks its
+multiprocess storage when it is imported, after SGLang has set the directory. Only the first rank of each
+batch's tensor-parallel group reports, so a TP=8 server does not count every round eight times.
+
+    dspark_rounds_total                             speculative rounds dspark planned
+    dspark_verify_length                            drafts verified per request per round (histogram)
+    dspark_accepted_length                          drafts accepted per request per round (histogram)
+    dspark_verify_tokens_per_forward                tokens per verify forward, sum of (1 + l_r) (histogram)
+    dspark_position_verified_total{position}        drafts verified at block position k = 1..gamma
+    dspark_position_accepted_total{position}        ... of which accepted (acceptance by position: the ratio)
+    dspark_accepted_tokens_total                    accepted drafts plus one bonus/correction token per request
+    dspark_state_version                            the live settings' version
+    dspark_state_last_change_timestamp_seconds      when it last changed (unix time)
+    dspark_state_updates_total{result}              dspark updates: applied, validated, refused, conflict
+    dspark_sps_table_info{source,path}              1 for the SPS table in use (source: profiled | loaded)
+    dspark_sps_table_timestamp_seconds              when that table was written (its age: time() - this)
+    dspark_step_overhead_seconds                    per-round time beyond the profiled verify forward
+
+The histograms take a whole round at once (`observe_counts`: one bucket increment per distinct value, not one
+observe() per request) so that a round of 256 requests costs a few increments.
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+MAX_GAMMA = 16  # length histograms get one bucket per length up to this
+TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+def enabled() -> bool:
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR")) and reporting_rank()
+
+
+@lru_cache(maxsize=1)
+def reporting_rank() -> bool:
+    """Whether this process is the first rank of its batch's TP group (the only one that reports)."""
+    try:
+        from sglang.srt.layers.dp_attention import get_dp_tp_group
+
+        return get_dp_tp_group().rank_in_group == 0
+    except (ImportError, AssertionError, AttributeError):  # no distributed groups: a single process
+        return True
+
+
+@lru_cache(maxsize=1)
+def registry() -> dict:
+    """The metrics, created once per process (after SGLang set PROMETHEUS_MULTIPROC_DIR)."""
+    from prometheus_client import Counter, Gauge, Histogram
+
+    lengths = tuple(range(MAX_GAMMA + 1))
+    return {
+        "rounds": Counter("dspark_rounds", "speculative rounds planned by dspark"),
+        "verify_length": Histogram("dspark_verify_length", "drafts verified per request per round",
+                                   buckets=lengths),
+        "accepted_length": Histogram("dspark_accepted_length", "drafts accepted per request per round",
+                                     buckets=lengths),
+        "verify_tokens": Histogram("dspark_verify_tokens_per_forward", "tokens per verify forward, sum of "
+                                   "(1 + drafts verified)", buckets=TOKEN_BUCKETS),
+        "verified": Counter("dspark_position_verified", "drafts verified at each block position", ["position"]),
+        "accepted": Counter("dspark_position_accepted", "drafts accepted at each block position", ["position"]),
+        "accepted_tokens": Counter("dspark_accepted_tokens", "accepted drafts plus one bonus or correction "
+                                   "token per request and round"),
+        "version": Gauge("dspark_state_version", "version of the live dspark settings",
+                         multiprocess_mode="livemax"),
+        "changed": Gauge("dspark_state_last_change_timestamp_seconds", "when the live dspark settings last "
+                         "changed", multiprocess_mode="livemax"),
+        "updates": Counter("dspark_state_updates", "dspark settings updates by result", ["result"]),
+        "sps_info": Gauge("dspark_sps_table_info", "1 for the SPS table the SPS policies plan on",
+                          ["source", "path"], multiprocess_mode="livemax"),
+        "sps_time": Gauge("dspark_sps_table_timestamp_seconds", "when the SPS table in use was written",
+                          multiprocess_mode="livemax"),
+        "overhead": Gauge("dspark_step_overhead_seconds", "per-round time beyond the profiled verify forward",
+                          multiprocess_mode="livemax"),
+    }
+
+
+def observe_counts(histogram, values: torch.Tensor) -> None:
+    """observe() every value of `values` [n] (integers), with one increment per bucket that gets any.
+
+    prometheus_client 0.26 (pinned) keeps non-cumulative bucket values in `_buckets` and the sum in `_sum`;
+    tests/integration/test_metrics.py checks this against observe() one value at a time."""
+    bounds = torch.tensor(histogram._upper_bounds[:-1], dtype=torch.float64)  # +Inf takes the rest
+    index = torch.searchsorted(bounds, values.double(), right=False)
+    for bucket, count in zip(*torch.unique(index, return_counts=True)):
+        histogram._buckets[int(bucket)].inc(int(count))
+    histogram._sum.inc(float(values.sum()))
+
+
+def observe_round(verify_lens: torch.Tensor, accepted: torch.Tensor) -> None:
+    """One verified round: verify_lens [bs] drafts verified per request, accepted [bs] drafts accepted."""
+    if not enabled():
+        return
+    metrics = registry()
+    verify_lens, accepted = verify_lens.long().cpu(), torch.minimum(accepted.long().cpu(), verify_lens.long().cpu())
+    metrics["rounds"].inc()
+    observe_counts(metrics["verify_length"], verify_lens)
+    observe_counts(metrics["accepted_length"], accepted)
+    observe_counts(metrics["verify_tokens"], (verify_lens + 1).sum().reshape(1))
+    metrics["accepted_tokens"].inc(int(accepted.sum()) + len(accepted))
+    for k in range(1, int(verify_lens.max()) + 1 if len(verify_lens) else 1):
+        metrics["verified"].labels(position=str(k)).inc(int((verify_lens >= k).sum()))
+        metrics["accepted"].labels(position=str(k)).inc(int((accepted >= k).sum()))
+
+
+def observe_state(version: int, changed_at: float, sps_table: Optional[str], cache: Path,
+                  previous_table: Optional[str]) -> None:
+    """The live settings changed (or were installed at start)."""
+    if not enabled():
+        return
+    metrics = registry()
+    metrics["version"].set(version)
+    metrics["changed"].set(changed_at)
+    if previous_table is not None and previous_table != sps_table:
+        metrics["sps_info"].labels(source=sps_source(previous_table, cache), path=previous_table).set(0)
+    if sps_table is not None:
+        metrics["sps_info"].labels(source=sps_source(sps_table, cache), path=sps_table).set(1)
+        path = Path(sps_table)
+        metrics["sps_time"].set(path.stat().st_mtime if path.is_file() else 0)
+
+
+def sps_source(path: str, cache: Path) -> str:
+    """profiled: measured by dspark (at engine start or by ProfileSps, under $DSPARK_CACHE/sps); else loaded."""
+    return "profiled" if Path(path).resolve().is_relative_to((cache / "sps").resolve()) else "loaded"
+
+
+def observe_update(result: str) -> None:
+    if enabled():
+        registry()["updates"].labels(result=result).inc()
+
+
+def observe_overhead(seconds: float) -> None:
+    if enabled():
+        registry()["overhead"].set(seconds)
+
+
+def _on_verify_step(result, observers, *, layout, correct_len, **_) -> None:
+    """AFTER SGLang's per-round DSpark observation: the round's verify lengths and accepted drafts."""
+    if layout is not None and enabled():
+        observe_round(layout.verify_lens - 1, correct_len)
+
+
+def install() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register("sglang.srt.speculative.dspark_components.dspark_observability.DsparkStepObservers."
+                          "observe_verify_step", _on_verify_step, HookType.AFTER)
+

@@ -1,0 +1,85 @@
+"""dspark's metrics on SGLang's /metrics: valid exposition (promtool), and counts that agree with SGLang's own
+acceptance accounting and dspark's planner over the same requests, on the real server (CPU, embedded target)."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import urllib.request
+
+import pytest
+import torch
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+from dspark.integration.metrics import observe_counts
+from dspark.integration.server import SGLangServer, cpu_server_args, dspark_args, dspark_env
+
+from tests.paths import EMBEDDED, EMBEDDED_TARGET
+
+PROMPTS = ["def __init__(self", "import os\nimport sys\n\n\ndef main(", "for i in range(", "class Node:\n    "]
+GAMMA = 5
+
+
+def test_bulk_observation_equals_one_observe_per_value():
+    values = torch.tensor([0, 5, 3, 3, 0, 17, 2, 5, 5, 1])
+    exposition = []
+    for bulk in (False, True):
+        registry = CollectorRegistry()
+        histogram = Histogram("lengths", "test", buckets=tuple(range(6)), registry=registry)
+        if bulk:
+            observe_counts(histogram, values)
+        else:
+            for value in values.tolist():
+                histogram.observe(value)
+        exposition.append("".join(line for line in generate_latest(registry).decode().splitlines(True)
+                                  if "_created" not in line))  # the creation time differs
+    assert exposition[0] == exposition[1] and 'lengths_bucket{le="3.0"} 6.0' in exposition[0]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("metrics")
+    extra = cpu_server_args() + dspark_args(EMBEDDED / "dspark", cpu=True) + ["--enable-metrics",
+                                                                              "--max-running-requests", "8"]
+    env = {**dspark_env({"policy": "causal"}), "DSPARK_CACHE": str(folder / "cache")}
+    with SGLangServer(EMBEDDED_TARGET, extra_args=extra, env=env, log_path=folder / "server.log") as running:
+        yield running
+
+
+def scrape(server) -> str:
+    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as response:
+        return response.read().decode()
+
+
+def value(exposition: str, sample: str) -> float:
+    found = re.search(rf"^{re.escape(sample)} (\S+)$", exposition, re.MULTILINE)
+    assert found, f"{sample} not exported"
+    return float(found.group(1))
+
+
+@pytest.mark.slow
+def test_metrics_pass_promtool_and_agree_with_sglangs_own_counts(server):
+    for policy in ("causal", "fixed", "mtp1"):
+        assert server.post("/set_internal_state", {"server_args": {"dspark": {"policy": policy}}}) == [True]
+        server.post("/generate", {"text": PROMPTS, "sampling_params": {"max_new_tokens": 24, "temperature": 0}})
+    exposition = scrape(server)
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: `make setup` installs Debian's prometheus package"
+    lint = subprocess.run([promtool, "check", "metrics"], input=exposition, capture_output=True, text=True)
+    dspark_lint = [line for line in (lint.stdout + lint.stderr).splitlines() if "dspark" in line]
+    assert not dspark_lint, dspark_lint  # SGLang's own metrics may carry lint of their own
+    info = server.get("/server_info")["internal_states"][0]["dspark"]
+    totals = info["totals"]
+    assert value(exposition, "dspark_rounds_total") == totals["rounds"] > 0
+    assert value(exposition, "dspark_accepted_tokens_total") == totals["accepted_tokens"]  # SGLang's count
+    assert value(exposition, "dspark_verify_length_count") == totals["verify_forwards"] == totals["requests"]
+    assert value(exposition, "dspark_verify_length_sum") == totals["drafts"]
+    verified = {k: value(exposition, f'dspark_position_verified_total{{position="{k}"}}') for k in range(1, GAMMA + 1)}
+    accepted = {k: value(exposition, f'dspark_position_accepted_total{{position="{k}"}}') for k in range(1, GAMMA + 1)}
+    assert sum(verified.values()) == totals["drafts"] and all(accepted[k] <= verified[k] for k in verified)
+    assert list(verified.values()) == sorted(verified.values(), reverse=True)  # a prefix of each block
+    assert value(exposition, "dspark_accepted_length_sum") + totals["verify_forwards"] == totals["accepted_tokens"]
+    assert value(exposition, "dspark_state_version") == info["version"] == 3
+    assert value(exposition, 'dspark_state_updates_total{result="applied"}') == 3
+    assert value(exposition, f'dspark_sps_table_info{{path="{info["sps_table"]}",source="profiled"}}') == 1
+    assert value(exposition, "dspark_sps_table_timestamp_seconds") > 1.7e9
