@@ -2,6 +2,7 @@
 acceptance accounting and dspark's planner over the same requests, on the real server (CPU, embedded target)."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from dspark.integration.metrics import observe_counts
 from dspark.integration.server import SGLangServer, cpu_server_args, dspark_args, dspark_env
 
-from tests.paths import EMBEDDED, EMBEDDED_TARGET
+from tests.paths import EMBEDDED, EMBEDDED_TARGET, REPO
 
 PROMPTS = ["def __init__(self", "import os\nimport sys\n\n\ndef main(", "for i in range(", "class Node:\n    "]
 GAMMA = 5
@@ -83,3 +84,26 @@ def test_metrics_pass_promtool_and_agree_with_sglangs_own_counts(server):
     assert value(exposition, 'dspark_state_updates_total{result="applied"}') == 3
     assert value(exposition, f'dspark_sps_table_info{{path="{info["sps_table"]}",source="profiled"}}') == 1
     assert value(exposition, "dspark_sps_table_timestamp_seconds") > 1.7e9
+
+
+PROMQL_WORDS = {"sum", "by", "rate", "increase", "max", "histogram_quantile", "time", "without", "on", "ignoring"}
+
+
+def dashboard_metric_names(path) -> set[str]:
+    names = set()
+    for panel in json.loads(path.read_text())["panels"]:
+        for target in panel["targets"]:
+            expr = re.sub(r"\[[0-9a-z]+\]", "", target["expr"])  # range selectors
+            labels = {label.strip() for group in re.findall(r"by \(([^)]*)\)", expr) for label in group.split(",")}
+            names |= {word for word in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr)
+                      if word not in PROMQL_WORDS | labels}
+    return names
+
+
+@pytest.mark.slow
+def test_every_dashboard_query_names_a_metric_the_server_exports(server):
+    exposition = scrape(server)
+    names = dashboard_metric_names(REPO / "helm" / "dspark" / "dashboards" / "dspark.json")
+    assert {"dspark_accepted_tokens_total", "dspark_position_accepted_total", "sglang:generation_tokens_total"} <= names
+    missing = sorted(n for n in names if not re.search(rf"^{re.escape(n)}[{{ ]", exposition, re.MULTILINE))
+    assert not missing, f"the dashboard queries metrics the server does not export: {missing}"
