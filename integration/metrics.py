@@ -140,17 +140,3 @@ def observe_update(result: str) -> None:
 def observe_overhead(seconds: float) -> None:
     if enabled():
         registry()["overhead"].set(seconds)
-
-
-def _on_verify_step(result, observers, *, layout, correct_len, **_) -> None:
-    """AFTER SGLang's per-round DSpark observation: the round's verify lengths and accepted drafts."""
-    if layout is not None and enabled():
-        observe_round(layout.verify_lens - 1, correct_len)
-
-
-def install() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    HookRegistry.register("sglang.srt.speculative.dspark_components.dspark_observability.DsparkStepObservers."
-                          "observe_verify_step", _on_verify_step, HookType.AFTER)
-

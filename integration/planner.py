@@ -56,6 +56,8 @@ class PlannerTrace:
 
     def __init__(self):
         self.total = {"rounds": 0, "requests": 0, "drafts": 0}
+        self.planned_ns: Optional[int] = None  # when the last round was planned (unix ns), for its span
+        self.planner_s = 0.0  # how long planning it took
         self.reset()
 
     def reset(self) -> None:
@@ -191,7 +193,7 @@ def _on_state_change(planner) -> None:
 
 
 def _resolve_budget(original, planner, *, draft_input, confidence, prefix_lens, req_pool_indices):
-    planner._dspark_verify_lens = None
+    planner._dspark_verify_lens, trace.planned_ns = None, None
     if store is None or confidence is None:
         return original(planner, draft_input=draft_input, confidence=confidence, prefix_lens=prefix_lens,
                         req_pool_indices=req_pool_indices)
@@ -204,7 +206,9 @@ def _resolve_budget(original, planner, *, draft_input, confidence, prefix_lens, 
     requests, gamma = current.shape
     lagged = lagged_confidence(planner, req_pool_indices, current) if state.policy == "lagged" else None
     max_length = torch.full((requests,), gamma)  # the policy applies max_verify_length and the budget caps
-    lengths = plan_lengths(policy, current, lagged, max_length, clock, planner._dspark_group, time.perf_counter())
+    trace.planned_ns, began = time.time_ns(), time.perf_counter()
+    lengths = plan_lengths(policy, current, lagged, max_length, clock, planner._dspark_group, began)
+    trace.planner_s = time.perf_counter() - began
     drafts = int(lengths.sum())
     trace.note(requests, drafts)
     metrics.observe_overhead(clock.overhead())

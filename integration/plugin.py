@@ -8,13 +8,12 @@ list without `dspark` to run SGLang without it.
     startup     launcher: the drafter must fit the target; an SPS table is profiled when none is given
     planner     dspark's allocator policies in place of SGLang's DSpark verify-budget planner
     admin       the live runtime state through /set_internal_state and /get_server_info
-    metrics     dspark's Prometheus metrics on SGLang's /metrics (verify and accepted lengths, acceptance
-                by position, state version, SPS table, step overhead)
+    rounds      each verified round's metrics (metrics.py: SGLang's /metrics) and span (tracing.py)
     flashinfer_verify  ragged target verify (eager and CUDA graphs) on the plain FlashInfer backend (GPU only)
 """
 from __future__ import annotations
 
-from dspark.integration import admin, cpu, flashinfer_verify, metrics, planner, startup
+from dspark.integration import admin, cpu, flashinfer_verify, planner, rounds, startup
 
 
 def register() -> None:
@@ -22,5 +21,5 @@ def register() -> None:
     startup.install()
     planner.install()
     admin.install()
-    metrics.install()
+    rounds.install()
     flashinfer_verify.install()

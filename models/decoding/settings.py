@@ -27,6 +27,8 @@ the policies and knows nothing of this module.
     max_batch_tokens  verify tokens per target forward, anchors included (>= 1; null: the SPS table's cap)
     sps_table         SPS table JSON (SGLang's SpsCostTable) that causal and lagged plan on
     sts_temperatures  gamma positive per-position STS temperatures of the confidence head (null: as loaded)
+    trace_round_ratio the share of rounds the SGLang plugin traces as `dspark.round` spans (served only; needs
+                      tracing on: `dspark serve --otlp-endpoint`)
 """
 from __future__ import annotations
 
@@ -94,6 +96,8 @@ class VerifySettings:
     sts_temperatures: Optional[tuple[float, ...]] = setting(None, "per-position STS temperatures of the "
                                                             "confidence head (null: as loaded)", float, low=0,
                                                             low_open=True, nullable=True, per_position=True)
+    trace_round_ratio: float = setting(0.1, "share of speculative rounds traced as spans when the server "
+                                       "traces (served only)", float, low=0, high=1)
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -1,4 +1,5 @@
-"""A client of one replica's admin API: the channel (plaintext, TLS or mTLS) and the bearer token."""
+"""A client of one replica's admin API: the channel (plaintext, TLS or mTLS), the bearer token, and the caller's
+trace context on every call."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dspark.ops.admin.convert import settings_to_message, update_mask
+from dspark.ops.admin.tracing import outgoing_metadata
 from dspark.ops.admin.v1 import admin_pb2 as pb
 from dspark.ops.admin.v1 import admin_pb2_grpc
 
@@ -42,7 +44,8 @@ class AdminClient:
         self.channel.close()
 
     def _call(self, method, request, **kwargs):
-        return method(request, metadata=self.metadata, timeout=kwargs.pop("timeout", self.timeout_s), **kwargs)
+        timeout = kwargs.pop("timeout", self.timeout_s)
+        return method(request, metadata=self.metadata + outgoing_metadata(), timeout=timeout, **kwargs)
 
     def get(self) -> pb.State:
         return self._call(self.stub.GetState, pb.GetStateRequest())

@@ -13,6 +13,7 @@ Each replica's outcome is reported; the change converged only when every replica
 """
 from __future__ import annotations
 
+import contextvars
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,14 +51,16 @@ def describe(err: Exception) -> str:
 
 
 def in_parallel(clients: list[AdminClient], call: Callable[[AdminClient], object]) -> list:
-    """call(client) for every client at once: the result or the exception, in client order."""
+    """call(client) for every client at once, each in a copy of the caller's context (so its trace reaches
+    every replica): the result or the exception, in client order."""
     def guarded(client):
         try:
             return call(client)
         except Exception as err:  # reported per replica
             return err
+    contexts = [contextvars.copy_context() for _ in clients]
     with ThreadPoolExecutor(max_workers=max(1, len(clients))) as pool:
-        return list(pool.map(guarded, clients))
+        return list(pool.map(lambda pair: pair[0].run(guarded, pair[1]), zip(contexts, clients)))
 
 
 def fleet_update(clients: list[AdminClient], changes: dict, canary: int = 0, canary_wait_s: float = 0.0,

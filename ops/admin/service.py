@@ -14,6 +14,8 @@ versioning and history happen in the schedulers, atomically. Status codes:
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +29,30 @@ from dspark.models.errors import ConfigError
 from dspark.ops.admin.backend import ReplicaUnavailable, SGLangBackend
 from dspark.ops.admin.convert import message_to_settings, settings_to_message, state_message
 from dspark.ops.admin.security import AuditLog, Caller, Denied, RateLimiter, TokenBook, authorize
+from dspark.ops.admin.tracing import rpc_span
 from dspark.ops.admin.v1 import admin_pb2 as pb
 from dspark.ops.admin.v1 import admin_pb2_grpc
 
 DEFAULT_WATCH_INTERVAL_S = 1.0
+
+
+def traced(handler):
+    """Run an RPC handler (unary or streaming) inside its span, under the caller's trace (tracing.py)."""
+    def attributes(service):
+        return {"rpc.system": "grpc", "rpc.method": handler.__name__, "dspark.replica": service.backend.url}
+
+    if inspect.isgeneratorfunction(handler):
+        @functools.wraps(handler)
+        def stream(self, request, context):
+            with rpc_span(handler.__name__, context.invocation_metadata(), attributes(self)):
+                yield from handler(self, request, context)
+        return stream
+
+    @functools.wraps(handler)
+    def unary(self, request, context):
+        with rpc_span(handler.__name__, context.invocation_metadata(), attributes(self)):
+            return handler(self, request, context)
+    return unary
 
 
 @dataclass
@@ -43,10 +65,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     # ------------------------------------------------------------------ reads
 
+    @traced
     def GetState(self, request, context):
         self.reader(context, "GetState")
         return state_message(self.report(context))
 
+    @traced
     def History(self, request, context):
         self.reader(context, "History")
         return pb.HistoryResponse(entries=[
@@ -54,6 +78,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                             settings=settings_to_message(c["state"]))
             for c in self.report(context)["history"]])
 
+    @traced
     def WatchState(self, request, context):
         self.reader(context, "WatchState")
         interval = request.interval_s if request.interval_s > 0 else DEFAULT_WATCH_INTERVAL_S
@@ -70,6 +95,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     # ---------------------------------------------------------------- changes
 
+    @traced
     def UpdateState(self, request, context):
         def envelope(caller: Caller) -> dict:
             paths = list(request.update_mask.paths)
@@ -79,12 +105,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     "validate_only": request.validate_only, **expected(request)}
         return self.change(context, "UpdateState", envelope)
 
+    @traced
     def Rollback(self, request, context):
         def envelope(caller: Caller) -> dict:
             to = request.to_version if request.HasField("to_version") else PREVIOUS
             return {"rollback_to": to, "caller": caller.name, **expected(request)}
         return self.change(context, "Rollback", envelope)
 
+    @traced
     def ProfileSps(self, request, context):
         if self.profile is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this admin server was started without the target "

@@ -9,6 +9,7 @@ can run either. It stops on SIGTERM/SIGINT.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import threading
 import time
@@ -17,12 +18,13 @@ from pathlib import Path
 from dspark.integration.startup import DTYPES, profile_table
 from dspark.models.cache import cache_root
 from dspark.models.errors import ConfigError
-from dspark.ops.admin import server
+from dspark.ops.admin import server, tracing
 from dspark.ops.admin.backend import SGLangBackend
 from dspark.ops.admin.security import AuditLog, RateLimiter, TlsFiles, TokenBook, check_listen_address
 from dspark.ops.admin.service import AdminService
 
 DEFAULT_UPDATE_RATE, DEFAULT_UPDATE_BURST = 5.0, 20
+OTLP_PROTOCOLS = ("grpc", "http/protobuf")
 
 
 def add_admin_args(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +51,19 @@ def add_admin_args(parser: argparse.ArgumentParser) -> None:
                        help="Prometheus /metrics of the admin server (update attempts by result)")
 
 
+def add_otlp_args(parser: argparse.ArgumentParser) -> None:
+    """Where traces go (defaults from the standard OTEL_* variables)."""
+    env = os.environ.get
+    group = parser.add_argument_group("tracing (OpenTelemetry)")
+    group.add_argument("--otlp-endpoint", default=env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or
+                       env("OTEL_EXPORTER_OTLP_ENDPOINT"), help="OTLP collector: host:port for grpc, a URL for "
+                       "http/protobuf (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT; unset: no tracing)")
+    group.add_argument("--otlp-protocol", choices=OTLP_PROTOCOLS, default=env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or
+                       env("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc")
+    group.add_argument("--otlp-service-name", default=env("OTEL_SERVICE_NAME") or "dspark",
+                       help="service.name of the spans (the admin sidecar adds -admin)")
+
+
 def admin_arg_list(args: argparse.Namespace) -> list[str]:
     """The --admin-* flags of `args` as a command line (dspark serve passes them on to the sidecar)."""
     out = ["--admin-port", str(args.admin_port), "--admin-host", args.admin_host,
@@ -62,6 +77,9 @@ def admin_arg_list(args: argparse.Namespace) -> list[str]:
             out += [flag, str(Path(value).resolve())]
     if args.admin_metrics_port is not None:
         out += ["--admin-metrics-port", str(args.admin_metrics_port)]
+    if args.otlp_endpoint:
+        out += ["--otlp-endpoint", args.otlp_endpoint, "--otlp-protocol", args.otlp_protocol,
+                "--otlp-service-name", args.otlp_service_name]
     return out + (["--admin-insecure"] if args.admin_insecure else [])
 
 
@@ -87,6 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sglang-admin-key-file", type=Path, default=None,
                         help="file with SGLang's --admin-api-key (needed for /set_internal_state)")
     add_admin_args(parser)
+    add_otlp_args(parser)
     parser.set_defaults(func=run)
 
 
@@ -107,6 +126,8 @@ def sps_profiler(backend: SGLangBackend):
 
 def run(args: argparse.Namespace) -> int:
     book = check_admin_args(args)
+    if args.otlp_endpoint:
+        tracing.init(args.otlp_endpoint, f"{args.otlp_service_name}-admin", args.otlp_protocol)
     key = args.sglang_admin_key_file.read_text().strip() if args.sglang_admin_key_file else None
     backend = SGLangBackend(args.sglang_url.rstrip("/"), key)
     audit = AuditLog(args.admin_audit_log or cache_root() / "admin" / f"audit-{args.admin_port}.jsonl")

@@ -35,7 +35,7 @@ from dspark.models.cache import cache_root
 from dspark.models.checkpoint import read_drafter_config
 from dspark.models.errors import ConfigError
 from dspark.models.training.run import load_target_config
-from dspark.ops.commands.admin_server import add_admin_args, admin_arg_list, check_admin_args
+from dspark.ops.commands.admin_server import add_admin_args, add_otlp_args, admin_arg_list, check_admin_args
 from dspark.ops.commands.settings_args import add_settings_args, settings_from_args
 
 
@@ -64,6 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="SGLang's --admin-api-key, which /set_internal_state and SGLang's other admin endpoints "
                              "then require (default: the first --admin-token-file, else a key generated per start)")
     add_admin_args(parser)
+    add_otlp_args(parser)
     parser.add_argument("sglang_args", nargs=argparse.REMAINDER, help="-- then arguments passed to SGLang as they are")
     parser.set_defaults(func=run)
 
@@ -113,6 +114,10 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str],
         env = dspark_env(state.to_dict())
     if args.admin_port is not None:
         check_admin_args(args)
+    if args.otlp_endpoint:  # SGLang's own tracing; the plugin adds its round spans to it
+        extra += ["--enable-trace", "--otlp-traces-endpoint", args.otlp_endpoint,
+                  "--otlp-service-name", args.otlp_service_name]
+        env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = args.otlp_protocol
     extra += ["--config", str(secrets_dir(args) / "sglang-secrets.yaml")]
     passthrough = args.sglang_args[1:] if args.sglang_args[:1] == ["--"] else args.sglang_args
     return launch_command(args.target, args.host, args.port, extra + passthrough), env, cpu

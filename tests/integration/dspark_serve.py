@@ -1,4 +1,5 @@
-"""A real `dspark serve --admin-port` (SGLang + dspark's plugin + the admin sidecar) started for a test."""
+"""A real `dspark serve --admin-port` (SGLang + dspark's plugin + the admin sidecar, tracing to an OTLP endpoint)
+started for a test."""
 from __future__ import annotations
 
 import os
@@ -19,7 +20,8 @@ GAMMA = 5  # embedded/dspark's block size
 class DsparkServe:
     """`dspark serve` of the embedded target + DSpark with the admin API, in its own process group."""
 
-    def __init__(self, folder: Path, cache: Path, admin_token: Path, reader_token: Path, *sglang_args: str):
+    def __init__(self, folder: Path, cache: Path, admin_token: Path, reader_token: Path, otlp_endpoint: str,
+                 *sglang_args: str):
         self.folder, self.port, self.admin_port = folder, free_port(), free_port()
         self.url, self.admin_address = f"http://127.0.0.1:{self.port}", f"127.0.0.1:{self.admin_port}"
         self.audit_log, self.log = folder / "audit.jsonl", folder / "serve.log"
@@ -29,7 +31,8 @@ class DsparkServe:
                         "--policy", "fixed", "--admin-port", str(self.admin_port),
                         "--admin-token-file", str(admin_token), "--reader-token-file", str(reader_token),
                         "--admin-audit-log", str(self.audit_log), "--admin-update-rate", "100000",
-                        "--admin-update-burst", "100000", "--", "--max-running-requests", "8",
+                        "--admin-update-burst", "100000", "--otlp-endpoint", otlp_endpoint,
+                        "--otlp-service-name", f"dspark-{folder.name}", "--", "--max-running-requests", "8",
                         "--decode-log-interval", "1", "--enable-metrics", *sglang_args]
         self.env = {**os.environ, "DSPARK_CACHE": str(cache)}
         self.env.pop("TRITON_INTERPRET", None)

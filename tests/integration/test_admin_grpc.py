@@ -1,10 +1,10 @@
 """The gRPC admin API for real: two `dspark serve --admin-port` replicas (SGLang on CPU, the embedded target and
-its DSpark drafter, dspark's plugin, the admin sidecar), driven through dspark.admin.v1, grpcurl, `dspark admin`
-and SGLang's own HTTP API.
+its DSpark drafter, dspark's plugin, the admin sidecar, all tracing to an in-process OTLP receiver), driven
+through dspark.admin.v1, grpcurl, `dspark admin` and SGLang's own HTTP API.
 
 Replica A takes the single-replica checks (live changes, credentials, status codes, rollback, the fuzz, the
-HTTP side door, grpcurl); A and B together take the fleet checks (two-phase set, undo on a version conflict,
-canary order).
+HTTP side door, grpcurl, round and admin spans); A and B together take the fleet checks (two-phase set, undo on
+a version conflict, canary order, one trace across both).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
 
 from dspark.models.decoding.settings import POLICIES, THRESHOLD_ON, VerifySettings, names
 from dspark.models.errors import ConfigError
@@ -32,6 +33,7 @@ from dspark.ops.cli import main
 
 from tests.integration.dspark_serve import GAMMA, DsparkServe
 from tests.integration.hf_reference import hf_greedy
+from tests.integration.otlp_receiver import OtlpReceiver, attributes
 from tests.paths import EMBEDDED_TARGET
 
 pytestmark = pytest.mark.slow
@@ -52,10 +54,17 @@ def tokens(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def replicas(tmp_path_factory, tokens):
+def otlp():
+    receiver = OtlpReceiver().start()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory, tokens, otlp):
     cache = tmp_path_factory.mktemp("dspark-cache")
     servers = [DsparkServe(tmp_path_factory.mktemp(f"replica-{name}"), cache, tokens["ops-admin"],
-                           tokens["dashboard"]).start() for name in "ab"]
+                           tokens["dashboard"], otlp.endpoint).start() for name in "ab"]
     try:
         for server in servers:
             server.wait_ready()
@@ -78,7 +87,8 @@ def reference():
 @pytest.fixture
 def admin(replica, tokens):
     client = replica.client(tokens["ops-admin"])
-    client.update({"policy": "fixed", "threshold": None, "max_verify_length": None})  # each test starts here
+    client.update({"policy": "fixed", "threshold": None, "max_verify_length": None,  # each test starts here
+                   "trace_round_ratio": 1.0})
     yield client
     client.close()
 
@@ -118,7 +128,7 @@ def test_health_and_state(replica, tokens, admin):
     assert admin.serving()
     state = admin.get()
     assert state.gamma == GAMMA and state.settings.policy == "fixed"
-    assert message_to_settings(state.settings) == {**VerifySettings(policy="fixed").to_dict(),
+    assert message_to_settings(state.settings) == {**VerifySettings(policy="fixed", trace_round_ratio=1.0).to_dict(),
                                                    "sps_table": message_to_settings(state.settings)["sps_table"]}
 
 
@@ -236,6 +246,7 @@ def random_update(rng: random.Random) -> tuple[dict, dict]:
         "sps_table": lambda: rng.choice([None, "/nonexistent/sps.json"]),
         "sts_temperatures": lambda: rng.choice([None, [round(rng.uniform(-0.5, 3), 2)
                                                        for _ in range(rng.choice([1, GAMMA, GAMMA, 7]))]]),
+        "trace_round_ratio": lambda: round(rng.uniform(-0.2, 1.2), 2),
     }
     patch = {name: values[name]() for name in rng.sample(names(), rng.randint(1, 4))}
     options = {"validate_only": rng.random() < 0.1, "expected_version": None}
@@ -349,6 +360,35 @@ def test_the_admin_cli_reads_watches_and_rolls_back(replica, tokens, admin, caps
     assert "token file /nonexistent/token does not exist" in capsys.readouterr().err
 
 
+def test_round_spans_arrive_with_their_attributes_and_links_to_request_spans(replica, admin, otlp, reference):
+    version = admin.get().version
+    assert greedy(replica, PROMPTS) == [reference[p] for p in PROMPTS]
+    rounds = otlp.wait_for(lambda service, span: span.name == "dspark.round" and
+                           attributes(span)["dspark.state_version"] == version, count=5)
+    assert len(rounds) >= 5 and all(service == "dspark-replica-a0" for service, _ in rounds)
+    for _, span in rounds:
+        a = attributes(span)
+        assert a["dspark.policy"] == "fixed" and a["dspark.drafted_tokens"] == a["dspark.batch_size"] * GAMMA
+        assert a["dspark.verify_tokens"] == a["dspark.batch_size"] * (1 + GAMMA)  # fixed verifies every draft
+        assert a["dspark.verify_length.min"] == a["dspark.verify_length.max"] == GAMMA
+        assert a["dspark.batch_size"] <= a["dspark.accepted_tokens"] <= a["dspark.batch_size"] * (1 + GAMMA)
+        assert a["dspark.planner_time_s"] >= 0 and span.end_time_unix_nano > span.start_time_unix_nano
+    request_traces = {span.trace_id for service, span in otlp.spans if service == "dspark-replica-a0"
+                      and span.name != "dspark.round"}
+    linked = {link.trace_id for _, span in rounds for link in span.links}
+    assert linked and linked <= request_traces  # each round links to SGLang's spans of its requests
+
+
+def test_an_admin_call_continues_the_callers_trace(admin, otlp):
+    tracer = TracerProvider().get_tracer("operator")
+    with tracer.start_as_current_span("operator-change") as operator:
+        admin.update({"max_verify_length": 4})
+    context = operator.get_span_context()
+    spans = otlp.wait_for(lambda service, span: span.trace_id == context.trace_id.to_bytes(16, "big"))
+    assert [span.name for _, span in spans] == ["dspark.admin/UpdateState"]
+    assert spans[0][0] == "dspark-replica-a0-admin" and spans[0][1].parent_span_id == context.span_id.to_bytes(8, "big")
+
+
 # ------------------------------------------------------------------------------------------------- fleet
 
 
@@ -386,7 +426,7 @@ def test_a_failed_apply_leaves_no_replica_changed(replicas, tokens):
         client.close()
 
 
-def test_canary_changes_one_replica_first(replicas, tokens):
+def test_canary_changes_one_replica_first_and_one_trace_shows_both(replicas, tokens, otlp):
     clients = fleet_clients(replicas, tokens)
     seen = []
 
@@ -394,7 +434,8 @@ def test_canary_changes_one_replica_first(replicas, tokens):
         if line.startswith("applying"):
             seen.append((line, [c.get().settings.max_verify_length for c in clients]))
 
-    result = fleet_update(clients, {"max_verify_length": 4}, canary=1, canary_wait_s=2.0, log=note)
+    with TracerProvider().get_tracer("operator").start_as_current_span("fleet-change") as operator:
+        result = fleet_update(clients, {"max_verify_length": 4}, canary=1, canary_wait_s=2.0, log=note)
     assert result.converged, result
     (first, _), (second, lengths_then) = seen
     assert replicas[0].admin_address in first and replicas[1].admin_address not in first
@@ -402,3 +443,7 @@ def test_canary_changes_one_replica_first(replicas, tokens):
     assert [c.get().settings.max_verify_length for c in clients] == [4, 4]
     for client in clients:
         client.close()
+    trace_id = operator.get_span_context().trace_id.to_bytes(16, "big")  # one trace reaches both replicas
+    updates = otlp.wait_for(lambda service, span: span.trace_id == trace_id and span.name.endswith("UpdateState"),
+                            count=4)
+    assert sorted(service for service, _ in updates) == ["dspark-replica-a0-admin"] * 2 + ["dspark-replica-b0-admin"] * 2

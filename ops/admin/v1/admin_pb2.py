@@ -26,7 +26,7 @@ from google.protobuf import descriptor_pb2 as google_dot_protobuf_dot_descriptor
 from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x64spark/ops/admin/v1/admin.proto\x12\x0f\x64spark.admin.v1\x1a google/protobuf/descriptor.proto\x1a google/protobuf/field_mask.proto\"\x97\x05\n\x08Settings\x12U\n\x06policy\x18\x01 \x01(\tB@\xaa\xbb\x18\x08\"causal\"\xb2\xbb\x18\x30one of causal|lagged|threshold|fixed|mtp1|sglangH\x00\x88\x01\x01\x12*\n\tthreshold\x18\x02 \x01(\x01\x42\x12\xaa\xbb\x18\x04null\xb2\xbb\x18\x06[0, 1]H\x01\x88\x01\x01\x12G\n\x0cthreshold_on\x18\x03 \x01(\tB,\xaa\xbb\x18\n\"survival\"\xb2\xbb\x18\x1aone of survival|confidenceH\x02\x88\x01\x01\x12\x31\n\x11min_verify_length\x18\x04 \x01(\x03\x42\x11\xaa\xbb\x18\x01\x30\xb2\xbb\x18\x08\x30..gammaH\x03\x88\x01\x01\x12\x44\n\x11max_verify_length\x18\x05 \x01(\x03\x42$\xaa\xbb\x18\x04null\xb2\xbb\x18\x18min_verify_length..gammaH\x04\x88\x01\x01\x12\x30\n\x0f\x62udget_fraction\x18\x06 \x01(\x01\x42\x12\xaa\xbb\x18\x04null\xb2\xbb\x18\x06(0, 1]H\x05\x88\x01\x01\x12.\n\x10max_batch_tokens\x18\x07 \x01(\x03\x42\x0f\xaa\xbb\x18\x04null\xb2\xbb\x18\x03\x31..H\x06\x88\x01\x01\x12\'\n\tsps_table\x18\x08 \x01(\tB\x0f\xaa\xbb\x18\x04null\xb2\xbb\x18\x03\x61nyH\x07\x88\x01\x01\x12.\n\x10sts_temperatures\x18\t \x03(\x01\x42\x14\xaa\xbb\x18\x04null\xb2\xbb\x18\x08(0, inf)B\t\n\x07_policyB\x0c\n\n_thresholdB\x0f\n\r_threshold_onB\x14\n\x12_min_verify_lengthB\x14\n\x12_max_verify_lengthB\x12\n\x10_budget_fractionB\x13\n\x11_max_batch_tokensB\x0c\n\n_sps_table\"l\n\x05State\x12+\n\x08settings\x18\x01 \x01(\x0b\x32\x19.dspark.admin.v1.Settings\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\r\n\x05gamma\x18\x03 \x01(\x05\x12\x16\n\x0elast_rejection\x18\x04 \x01(\t\"\x11\n\x0fGetStateRequest\"\xbd\x01\n\x12UpdateStateRequest\x12+\n\x08settings\x18\x01 \x01(\x0b\x32\x19.dspark.admin.v1.Settings\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x1d\n\x10\x65xpected_version\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x15\n\rvalidate_only\x18\x04 \x01(\x08\x42\x13\n\x11_expected_version\"M\n\x13UpdateStateResponse\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12\x0f\n\x07\x61pplied\x18\x02 \x01(\x08\"m\n\x0fRollbackRequest\x12\x17\n\nto_version\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x1d\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x01\x88\x01\x01\x42\r\n\x0b_to_versionB\x13\n\x11_expected_version\"\x10\n\x0eHistoryRequest\"\x81\x01\n\x0cHistoryEntry\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x0e\n\x06\x63\x61ller\x18\x02 \x01(\t\x12\x13\n\x0btime_unix_s\x18\x03 \x01(\x01\x12\x0e\n\x06\x61\x63tion\x18\x04 \x01(\t\x12+\n\x08settings\x18\x05 \x01(\x0b\x32\x19.dspark.admin.v1.Settings\"A\n\x0fHistoryResponse\x12.\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1d.dspark.admin.v1.HistoryEntry\"\'\n\x11WatchStateRequest\x12\x12\n\ninterval_s\x18\x01 \x01(\x01\"\xc2\x01\n\x0cServingStats\x12\x12\n\ninterval_s\x18\x01 \x01(\x01\x12\x0e\n\x06rounds\x18\x02 \x01(\x03\x12\x0b\n\x03tau\x18\x03 \x01(\x01\x12!\n\x19verify_budget_per_request\x18\x04 \x01(\x01\x12\x17\n\x0f\x64rafts_verified\x18\x05 \x01(\x03\x12\x15\n\rgoodput_tok_s\x18\x06 \x01(\x01\x12\x17\n\x0fstep_overhead_s\x18\x07 \x01(\x01\x12\x15\n\rstate_version\x18\x08 \x01(\x03\"a\n\nWatchEvent\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12,\n\x05stats\x18\x02 \x01(\x0b\x32\x1d.dspark.admin.v1.ServingStats\"\x13\n\x11ProfileSpsRequest\"\x89\x01\n\x12ProfileSpsResponse\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12\x11\n\tsps_table\x18\x02 \x01(\t\x12\x1b\n\x13sample_batch_tokens\x18\x03 \x03(\x03\x12\x1c\n\x14sample_steps_per_sec\x18\x04 \x03(\x01\x32\xf1\x03\n\x05\x41\x64min\x12\x44\n\x08GetState\x12 .dspark.admin.v1.GetStateRequest\x1a\x16.dspark.admin.v1.State\x12X\n\x0bUpdateState\x12#.dspark.admin.v1.UpdateStateRequest\x1a$.dspark.admin.v1.UpdateStateResponse\x12R\n\x08Rollback\x12 .dspark.admin.v1.RollbackRequest\x1a$.dspark.admin.v1.UpdateStateResponse\x12L\n\x07History\x12\x1f.dspark.admin.v1.HistoryRequest\x1a .dspark.admin.v1.HistoryResponse\x12O\n\nWatchState\x12\".dspark.admin.v1.WatchStateRequest\x1a\x1b.dspark.admin.v1.WatchEvent0\x01\x12U\n\nProfileSps\x12\".dspark.admin.v1.ProfileSpsRequest\x1a#.dspark.admin.v1.ProfileSpsResponse:8\n\x0fsetting_default\x12\x1d.google.protobuf.FieldOptions\x18\xb5\x87\x03 \x01(\t:6\n\rsetting_range\x12\x1d.google.protobuf.FieldOptions\x18\xb6\x87\x03 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x64spark/ops/admin/v1/admin.proto\x12\x0f\x64spark.admin.v1\x1a google/protobuf/descriptor.proto\x1a google/protobuf/field_mask.proto\"\xe0\x05\n\x08Settings\x12U\n\x06policy\x18\x01 \x01(\tB@\xaa\xbb\x18\x08\"causal\"\xb2\xbb\x18\x30one of causal|lagged|threshold|fixed|mtp1|sglangH\x00\x88\x01\x01\x12*\n\tthreshold\x18\x02 \x01(\x01\x42\x12\xaa\xbb\x18\x04null\xb2\xbb\x18\x06[0, 1]H\x01\x88\x01\x01\x12G\n\x0cthreshold_on\x18\x03 \x01(\tB,\xaa\xbb\x18\n\"survival\"\xb2\xbb\x18\x1aone of survival|confidenceH\x02\x88\x01\x01\x12\x31\n\x11min_verify_length\x18\x04 \x01(\x03\x42\x11\xaa\xbb\x18\x01\x30\xb2\xbb\x18\x08\x30..gammaH\x03\x88\x01\x01\x12\x44\n\x11max_verify_length\x18\x05 \x01(\x03\x42$\xaa\xbb\x18\x04null\xb2\xbb\x18\x18min_verify_length..gammaH\x04\x88\x01\x01\x12\x30\n\x0f\x62udget_fraction\x18\x06 \x01(\x01\x42\x12\xaa\xbb\x18\x04null\xb2\xbb\x18\x06(0, 1]H\x05\x88\x01\x01\x12.\n\x10max_batch_tokens\x18\x07 \x01(\x03\x42\x0f\xaa\xbb\x18\x04null\xb2\xbb\x18\x03\x31..H\x06\x88\x01\x01\x12\'\n\tsps_table\x18\x08 \x01(\tB\x0f\xaa\xbb\x18\x04null\xb2\xbb\x18\x03\x61nyH\x07\x88\x01\x01\x12.\n\x10sts_temperatures\x18\t \x03(\x01\x42\x14\xaa\xbb\x18\x04null\xb2\xbb\x18\x08(0, inf)\x12\x31\n\x11trace_round_ratio\x18\n \x01(\x01\x42\x11\xaa\xbb\x18\x03\x30.1\xb2\xbb\x18\x06[0, 1]H\x08\x88\x01\x01\x42\t\n\x07_policyB\x0c\n\n_thresholdB\x0f\n\r_threshold_onB\x14\n\x12_min_verify_lengthB\x14\n\x12_max_verify_lengthB\x12\n\x10_budget_fractionB\x13\n\x11_max_batch_tokensB\x0c\n\n_sps_tableB\x14\n\x12_trace_round_ratio\"l\n\x05State\x12+\n\x08settings\x18\x01 \x01(\x0b\x32\x19.dspark.admin.v1.Settings\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\r\n\x05gamma\x18\x03 \x01(\x05\x12\x16\n\x0elast_rejection\x18\x04 \x01(\t\"\x11\n\x0fGetStateRequest\"\xbd\x01\n\x12UpdateStateRequest\x12+\n\x08settings\x18\x01 \x01(\x0b\x32\x19.dspark.admin.v1.Settings\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x1d\n\x10\x65xpected_version\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x15\n\rvalidate_only\x18\x04 \x01(\x08\x42\x13\n\x11_expected_version\"M\n\x13UpdateStateResponse\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12\x0f\n\x07\x61pplied\x18\x02 \x01(\x08\"m\n\x0fRollbackRequest\x12\x17\n\nto_version\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x1d\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x01\x88\x01\x01\x42\r\n\x0b_to_versionB\x13\n\x11_expected_version\"\x10\n\x0eHistoryRequest\"\x81\x01\n\x0cHistoryEntry\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x0e\n\x06\x63\x61ller\x18\x02 \x01(\t\x12\x13\n\x0btime_unix_s\x18\x03 \x01(\x01\x12\x0e\n\x06\x61\x63tion\x18\x04 \x01(\t\x12+\n\x08settings\x18\x05 \x01(\x0b\x32\x19.dspark.admin.v1.Settings\"A\n\x0fHistoryResponse\x12.\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1d.dspark.admin.v1.HistoryEntry\"\'\n\x11WatchStateRequest\x12\x12\n\ninterval_s\x18\x01 \x01(\x01\"\xc2\x01\n\x0cServingStats\x12\x12\n\ninterval_s\x18\x01 \x01(\x01\x12\x0e\n\x06rounds\x18\x02 \x01(\x03\x12\x0b\n\x03tau\x18\x03 \x01(\x01\x12!\n\x19verify_budget_per_request\x18\x04 \x01(\x01\x12\x17\n\x0f\x64rafts_verified\x18\x05 \x01(\x03\x12\x15\n\rgoodput_tok_s\x18\x06 \x01(\x01\x12\x17\n\x0fstep_overhead_s\x18\x07 \x01(\x01\x12\x15\n\rstate_version\x18\x08 \x01(\x03\"a\n\nWatchEvent\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12,\n\x05stats\x18\x02 \x01(\x0b\x32\x1d.dspark.admin.v1.ServingStats\"\x13\n\x11ProfileSpsRequest\"\x89\x01\n\x12ProfileSpsResponse\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12\x11\n\tsps_table\x18\x02 \x01(\t\x12\x1b\n\x13sample_batch_tokens\x18\x03 \x03(\x03\x12\x1c\n\x14sample_steps_per_sec\x18\x04 \x03(\x01\x32\xf1\x03\n\x05\x41\x64min\x12\x44\n\x08GetState\x12 .dspark.admin.v1.GetStateRequest\x1a\x16.dspark.admin.v1.State\x12X\n\x0bUpdateState\x12#.dspark.admin.v1.UpdateStateRequest\x1a$.dspark.admin.v1.UpdateStateResponse\x12R\n\x08Rollback\x12 .dspark.admin.v1.RollbackRequest\x1a$.dspark.admin.v1.UpdateStateResponse\x12L\n\x07History\x12\x1f.dspark.admin.v1.HistoryRequest\x1a .dspark.admin.v1.HistoryResponse\x12O\n\nWatchState\x12\".dspark.admin.v1.WatchStateRequest\x1a\x1b.dspark.admin.v1.WatchEvent0\x01\x12U\n\nProfileSps\x12\".dspark.admin.v1.ProfileSpsRequest\x1a#.dspark.admin.v1.ProfileSpsResponse:8\n\x0fsetting_default\x12\x1d.google.protobuf.FieldOptions\x18\xb5\x87\x03 \x01(\t:6\n\rsetting_range\x12\x1d.google.protobuf.FieldOptions\x18\xb6\x87\x03 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -51,34 +51,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SETTINGS'].fields_by_name['sps_table']._serialized_options = b'\252\273\030\004null\262\273\030\003any'
   _globals['_SETTINGS'].fields_by_name['sts_temperatures']._loaded_options = None
   _globals['_SETTINGS'].fields_by_name['sts_temperatures']._serialized_options = b'\252\273\030\004null\262\273\030\010(0, inf)'
+  _globals['_SETTINGS'].fields_by_name['trace_round_ratio']._loaded_options = None
+  _globals['_SETTINGS'].fields_by_name['trace_round_ratio']._serialized_options = b'\252\273\030\0030.1\262\273\030\006[0, 1]'
   _globals['_SETTINGS']._serialized_start=121
-  _globals['_SETTINGS']._serialized_end=784
-  _globals['_STATE']._serialized_start=786
-  _globals['_STATE']._serialized_end=894
-  _globals['_GETSTATEREQUEST']._serialized_start=896
-  _globals['_GETSTATEREQUEST']._serialized_end=913
-  _globals['_UPDATESTATEREQUEST']._serialized_start=916
-  _globals['_UPDATESTATEREQUEST']._serialized_end=1105
-  _globals['_UPDATESTATERESPONSE']._serialized_start=1107
-  _globals['_UPDATESTATERESPONSE']._serialized_end=1184
-  _globals['_ROLLBACKREQUEST']._serialized_start=1186
-  _globals['_ROLLBACKREQUEST']._serialized_end=1295
-  _globals['_HISTORYREQUEST']._serialized_start=1297
-  _globals['_HISTORYREQUEST']._serialized_end=1313
-  _globals['_HISTORYENTRY']._serialized_start=1316
-  _globals['_HISTORYENTRY']._serialized_end=1445
-  _globals['_HISTORYRESPONSE']._serialized_start=1447
-  _globals['_HISTORYRESPONSE']._serialized_end=1512
-  _globals['_WATCHSTATEREQUEST']._serialized_start=1514
-  _globals['_WATCHSTATEREQUEST']._serialized_end=1553
-  _globals['_SERVINGSTATS']._serialized_start=1556
-  _globals['_SERVINGSTATS']._serialized_end=1750
-  _globals['_WATCHEVENT']._serialized_start=1752
-  _globals['_WATCHEVENT']._serialized_end=1849
-  _globals['_PROFILESPSREQUEST']._serialized_start=1851
-  _globals['_PROFILESPSREQUEST']._serialized_end=1870
-  _globals['_PROFILESPSRESPONSE']._serialized_start=1873
-  _globals['_PROFILESPSRESPONSE']._serialized_end=2010
-  _globals['_ADMIN']._serialized_start=2013
-  _globals['_ADMIN']._serialized_end=2510
+  _globals['_SETTINGS']._serialized_end=857
+  _globals['_STATE']._serialized_start=859
+  _globals['_STATE']._serialized_end=967
+  _globals['_GETSTATEREQUEST']._serialized_start=969
+  _globals['_GETSTATEREQUEST']._serialized_end=986
+  _globals['_UPDATESTATEREQUEST']._serialized_start=989
+  _globals['_UPDATESTATEREQUEST']._serialized_end=1178
+  _globals['_UPDATESTATERESPONSE']._serialized_start=1180
+  _globals['_UPDATESTATERESPONSE']._serialized_end=1257
+  _globals['_ROLLBACKREQUEST']._serialized_start=1259
+  _globals['_ROLLBACKREQUEST']._serialized_end=1368
+  _globals['_HISTORYREQUEST']._serialized_start=1370
+  _globals['_HISTORYREQUEST']._serialized_end=1386
+  _globals['_HISTORYENTRY']._serialized_start=1389
+  _globals['_HISTORYENTRY']._serialized_end=1518
+  _globals['_HISTORYRESPONSE']._serialized_start=1520
+  _globals['_HISTORYRESPONSE']._serialized_end=1585
+  _globals['_WATCHSTATEREQUEST']._serialized_start=1587
+  _globals['_WATCHSTATEREQUEST']._serialized_end=1626
+  _globals['_SERVINGSTATS']._serialized_start=1629
+  _globals['_SERVINGSTATS']._serialized_end=1823
+  _globals['_WATCHEVENT']._serialized_start=1825
+  _globals['_WATCHEVENT']._serialized_end=1922
+  _globals['_PROFILESPSREQUEST']._serialized_start=1924
+  _globals['_PROFILESPSREQUEST']._serialized_end=1943
+  _globals['_PROFILESPSRESPONSE']._serialized_start=1946
+  _globals['_PROFILESPSRESPONSE']._serialized_end=2083
+  _globals['_ADMIN']._serialized_start=2086
+  _globals['_ADMIN']._serialized_end=2583
 # @@protoc_insertion_point(module_scope)

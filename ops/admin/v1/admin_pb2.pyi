@@ -13,7 +13,7 @@ SETTING_RANGE_FIELD_NUMBER: _ClassVar[int]
 setting_range: _descriptor.FieldDescriptor
 
 class Settings(_message.Message):
-    __slots__ = ("policy", "threshold", "threshold_on", "min_verify_length", "max_verify_length", "budget_fraction", "max_batch_tokens", "sps_table", "sts_temperatures")
+    __slots__ = ("policy", "threshold", "threshold_on", "min_verify_length", "max_verify_length", "budget_fraction", "max_batch_tokens", "sps_table", "sts_temperatures", "trace_round_ratio")
     POLICY_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_ON_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,7 @@ class Settings(_message.Message):
     MAX_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SPS_TABLE_FIELD_NUMBER: _ClassVar[int]
     STS_TEMPERATURES_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ROUND_RATIO_FIELD_NUMBER: _ClassVar[int]
     policy: str
     threshold: float
     threshold_on: str
@@ -32,7 +33,8 @@ class Settings(_message.Message):
     max_batch_tokens: int
     sps_table: str
     sts_temperatures: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, policy: _Optional[str] = ..., threshold: _Optional[float] = ..., threshold_on: _Optional[str] = ..., min_verify_length: _Optional[int] = ..., max_verify_length: _Optional[int] = ..., budget_fraction: _Optional[float] = ..., max_batch_tokens: _Optional[int] = ..., sps_table: _Optional[str] = ..., sts_temperatures: _Optional[_Iterable[float]] = ...) -> None: ...
+    trace_round_ratio: float
+    def __init__(self, policy: _Optional[str] = ..., threshold: _Optional[float] = ..., threshold_on: _Optional[str] = ..., min_verify_length: _Optional[int] = ..., max_verify_length: _Optional[int] = ..., budget_fraction: _Optional[float] = ..., max_batch_tokens: _Optional[int] = ..., sps_table: _Optional[str] = ..., sts_temperatures: _Optional[_Iterable[float]] = ..., trace_round_ratio: _Optional[float] = ...) -> None: ...
 
 class State(_message.Message):
     __slots__ = ("settings", "version", "gamma", "last_rejection")
