@@ -4,7 +4,7 @@ export DSPARK_CACHE
 PY := $(DSPARK_CACHE)/venv/bin/python
 DSPARK := $(DSPARK_CACHE)/venv/bin/dspark
 
-.PHONY: setup test demo serve proto bench bench-sched bench-sched-smollm2 bench-serve gpu-check embedded-target drafters embedded-models
+.PHONY: setup test demo serve proto bench bench-sched bench-sched-smollm2 bench-serve bench-trace gpu-check embedded-target drafters embedded-models
 
 setup:
 	bash scripts/setup_env.sh
@@ -62,6 +62,12 @@ bench-serve: setup
 	$(DSPARK) bench-serve --target $(SMOLLM2) --drafter embedded/smollm2-dspark \
 		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 8 --max-new-tokens 32 --concurrency 1 8 \
 		--policies causal fixed mtp1 --out bench/results/serve-smollm2
+
+# What tracing costs: a traced and an untraced DSpark server alternated in one run (README: Observability).
+bench-trace: setup
+	$(DSPARK) bench-trace --target embedded/target --drafter embedded/dspark \
+		--prompts-file $(EVAL_PROMPTS)/humaneval.jsonl --limit 8 --max-new-tokens 48 --concurrency 4 --repeats 6 \
+		--out bench/results/trace-overhead
 
 # The GPU paths on one CUDA GPU, <= 10 minutes: the Triton kernels and FlashInfer paths against the references,
 # their speed against PyTorch and SGLang's own kernels at batch 1-256, and a FlashInfer-backend DSpark server

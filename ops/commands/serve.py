@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import shlex
 import signal
@@ -37,6 +38,9 @@ from dspark.models.errors import ConfigError
 from dspark.models.training.run import load_target_config
 from dspark.ops.commands.admin_server import add_admin_args, add_otlp_args, admin_arg_list, check_admin_args
 from dspark.ops.commands.settings_args import add_settings_args, settings_from_args
+
+
+TRACE_LEVEL = "1"  # SGLANG_TRACE_LEVEL unless set: request spans, not per-slice ones (bench/results/trace-overhead)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -118,6 +122,8 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str],
         extra += ["--enable-trace", "--otlp-traces-endpoint", args.otlp_endpoint,
                   "--otlp-service-name", args.otlp_service_name]
         env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = args.otlp_protocol
+        # SGLang's own default (3) adds spans for every scheduling slice; 1 keeps a span per request
+        env["SGLANG_TRACE_LEVEL"] = os.environ.get("SGLANG_TRACE_LEVEL", TRACE_LEVEL)
     extra += ["--config", str(secrets_dir(args) / "sglang-secrets.yaml")]
     passthrough = args.sglang_args[1:] if args.sglang_args[:1] == ["--"] else args.sglang_args
     return launch_command(args.target, args.host, args.port, extra + passthrough), env, cpu

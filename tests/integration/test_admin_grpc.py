@@ -30,10 +30,10 @@ from dspark.ops.admin.convert import message_to_settings, settings_to_message, u
 from dspark.ops.admin.fleet import fleet_update
 from dspark.ops.admin.v1 import admin_pb2 as pb
 from dspark.ops.cli import main
+from dspark.ops.otlp_sink import OtlpReceiver, attributes
 
 from tests.integration.dspark_serve import GAMMA, DsparkServe
 from tests.integration.hf_reference import hf_greedy
-from tests.integration.otlp_receiver import OtlpReceiver, attributes
 from tests.paths import EMBEDDED_TARGET
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,5 @@
-"""An in-process OTLP/gRPC trace receiver on loopback: collects every exported span for a test to read."""
+"""An in-process OTLP/gRPC trace receiver on loopback: collects every exported span (for the tests, and as the
+collector of `dspark bench-trace`). Not a production collector: point real deployments at one."""
 from __future__ import annotations
 
 import threading
