@@ -3,6 +3,8 @@
     POST /set_internal_state {"server_args": {"dspark": {"policy": "threshold", "threshold": 0.4}}}
       -> [true], or HTTP 400 {"object": "error", "message": "<what is wrong>", ...} (SGLang's error body) with
          nothing changed when the merged state is invalid
+    POST /set_internal_state {"server_args": {"dspark": {"refit_sts": {"min_samples": 64}, "caller": "x"}}}
+      -> as below, with the STS temperatures refitted on the live calibration window (calibration.py)
     POST /set_internal_state {"server_args": {"dspark": {"set": {...}, "expected_version": 3, "caller": "x"}}}
       -> [{"applied": true, "version": 4, "state": {...}}] per scheduler; HTTP 409 when version 3 is no longer
          current (the envelope forms, rollbacks and validate_only: runtime_state.py)
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from dspark.integration import metrics, planner
+from dspark.integration import calibration, metrics, planner
 from dspark.integration.runtime_state import VersionConflict, is_envelope
 from dspark.models.errors import ConfigError
 
@@ -48,7 +50,7 @@ def _validate(key: str, value) -> None:
                     f"(--speculative-algorithm DSPARK and a ragged verify mode)")
         raise UpdateRejected(_refusal)
     try:
-        planner.store.check(value)
+        planner.store.check(with_refit(value))
     except ConfigError as err:
         _refusal, _conflict = str(err), isinstance(err, VersionConflict)
         metrics.observe_update("conflict" if _conflict else "refused")
@@ -86,8 +88,21 @@ async def _answer_400_with_reason(original, manager, obj):
     return [getattr(reply, "dspark", None) or reply.updated for reply in replies]
 
 
+def with_refit(value):
+    """`{"refit_sts": {"min_samples": N}, ...}` becomes a `set` of the STS temperatures fitted on the live window
+    (calibration.py); both the check and the apply see the same fit (nothing is observed between them)."""
+    if not (isinstance(value, dict) and "refit_sts" in value):
+        return value
+    options = value["refit_sts"]
+    if not isinstance(options, dict) or set(options) - {"min_samples"}:
+        raise ConfigError(f"refit_sts takes {{\"min_samples\": N}}, got {options!r}")
+    fitted = calibration.window.refit(int(options.get("min_samples", 1)))
+    return {**{k: v for k, v in value.items() if k != "refit_sts"}, "set": {"sts_temperatures": fitted}}
+
+
 def _apply(key: str, value) -> None:
     global _applied
+    value = with_refit(value)
     outcome = planner.store.update(value)
     metrics.observe_update("applied" if outcome["applied"] else "validated")
     if outcome["applied"]:
@@ -111,7 +126,8 @@ def _report(result, controller, state: dict) -> None:
                   "accepted_tokens": reporter.spec_total_num_accept_tokens + reporter.spec_num_accept_tokens,
                   "verify_forwards": reporter.spec_total_num_forward_ct + reporter.spec_num_forward_ct}
         state[KEY] = {**planner.store.report(), **planner.trace.report(), "totals": totals,
-                      "step_overhead_s": planner.clock.overhead()}
+                      "step_overhead_s": planner.clock.overhead(),
+                      "calibration": calibration.window.report(planner.head_temperatures)}
 
 
 def install() -> None:

@@ -19,6 +19,9 @@ batch's tensor-parallel group reports, so a TP=8 server does not count every rou
     dspark_sps_table_info{source,path}              1 for the SPS table in use (source: profiled | loaded)
     dspark_sps_table_timestamp_seconds              when that table was written (its age: time() - this)
     dspark_step_overhead_seconds                    per-round time beyond the profiled verify forward
+    dspark_calibration_ece{position}                live per-position ECE of the survival a_k (calibration.py)
+    dspark_calibration_survival_gap{position}       mean predicted a_k minus the realized survival rate
+    dspark_calibration_window_samples               labelled request-rounds in the live window
 
 The histograms take a whole round at once (`observe_counts`: one bucket increment per distinct value, not one
 observe() per request) so that a round of 256 requests costs a few increments.
@@ -80,6 +83,12 @@ def registry() -> dict:
                           multiprocess_mode="livemax"),
         "overhead": Gauge("dspark_step_overhead_seconds", "per-round time beyond the profiled verify forward",
                           multiprocess_mode="livemax"),
+        "ece": Gauge("dspark_calibration_ece", "live per-position ECE of the predicted survival", ["position"],
+                     multiprocess_mode="livemax"),
+        "gap": Gauge("dspark_calibration_survival_gap", "mean predicted survival minus the realized rate",
+                     ["position"], multiprocess_mode="livemax"),
+        "samples": Gauge("dspark_calibration_window_samples", "labelled request-rounds in the live window",
+                         multiprocess_mode="livemax"),
     }
 
 
@@ -140,3 +149,16 @@ def observe_update(result: str) -> None:
 def observe_overhead(seconds: float) -> None:
     if enabled():
         registry()["overhead"].set(seconds)
+
+
+def observe_calibration(report: dict) -> None:
+    """The live calibration report (calibration.py): positions with no labels yet are left out."""
+    if not enabled():
+        return
+    metrics = registry()
+    metrics["samples"].set(report["samples"])
+    for k, (ece, gap) in enumerate(zip(report["ece"], report["survival_gap"]), start=1):
+        if ece is not None:
+            metrics["ece"].labels(position=str(k)).set(ece)
+            metrics["gap"].labels(position=str(k)).set(gap)
+

@@ -38,7 +38,7 @@ from typing import Optional
 import torch
 import torch.distributed
 
-from dspark.integration import metrics
+from dspark.integration import calibration, metrics
 from dspark.integration.runtime_state import RuntimeStateStore
 from dspark.kernels.sps import SpsTable
 from dspark.models.cache import cache_root
@@ -48,6 +48,7 @@ logger = logging.getLogger(__name__)
 
 # The scheduler process's state (one DSpark worker per scheduler process); None until the planner exists.
 store: Optional[RuntimeStateStore] = None
+head_temperatures: Optional[torch.Tensor] = None  # the STS temperatures the confidence head applies now
 
 
 class PlannerTrace:
@@ -187,9 +188,14 @@ def _on_state_change(planner) -> None:
     metrics.observe_state(store.version, store.history[-1].time, table, cache_root(), planner._dspark_sps_table)
     planner._dspark_sps_table = table
     clock.reset()  # samples were taken against the previous table
+    global head_temperatures
     head, wanted = planner._confidence_head, store.planner.sts_temperatures
     if head is not None:
-        head.sts_temperatures = (planner._dspark_loaded_sts if wanted is None else wanted).to(planner.device)
+        temperatures = planner._dspark_loaded_sts if wanted is None else wanted
+        if head_temperatures is None or not torch.equal(temperatures.cpu(), head_temperatures):
+            calibration.window.reset()  # the window describes the calibration in effect
+        head_temperatures = temperatures.cpu()
+        head.sts_temperatures = temperatures.to(planner.device)
 
 
 def _resolve_budget(original, planner, *, draft_input, confidence, prefix_lens, req_pool_indices):

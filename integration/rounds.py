@@ -1,21 +1,28 @@
-"""What the plugin observes of each verified DSpark round: its metrics (metrics.py) and its span (tracing.py).
+"""What the plugin observes of each verified DSpark round: its metrics (metrics.py), its span (tracing.py) and
+its calibration labels (calibration.py).
 
 Hooked AFTER SGLang's `DsparkStepObservers.observe_verify_step`, which every verified round calls with the
-round's ragged layout (`layout.verify_lens` = 1 + drafts verified per request) and acceptance (`correct_len`,
-drafts accepted per request).
+round's ragged layout (`layout.verify_lens` = 1 + drafts verified per request), acceptance (`correct_len`,
+drafts accepted per request) and the confidence head's raw logits (`confidence_raw`). The calibration gauges
+are recomputed every CALIBRATION_EVERY rounds.
 """
 from __future__ import annotations
 
-from dspark.integration import metrics, planner, tracing
+from dspark.integration import calibration, metrics, planner, tracing
 
 OBSERVERS = "sglang.srt.speculative.dspark_components.dspark_observability.DsparkStepObservers"
+CALIBRATION_EVERY = 32
 
 
-def _on_verify_step(result, observers, *, reqs, layout, correct_len, **_) -> None:
+def _on_verify_step(result, observers, *, reqs, layout, correct_len, confidence_raw, **_) -> None:
     if layout is None or planner.store is None:  # not a ragged round planned by dspark
         return
     lengths = layout.verify_lens - 1
     metrics.observe_round(lengths, correct_len)
+    if confidence_raw is not None:
+        calibration.window.observe(confidence_raw, lengths, correct_len)
+        if planner.trace.total["rounds"] % CALIBRATION_EVERY == 0:
+            metrics.observe_calibration(calibration.window.report(planner.head_temperatures))
     state = planner.store.planner.state
     tracing.observe_round(reqs=reqs, verify_lens=lengths, accepted=correct_len, gamma=planner.store.gamma,
                           policy=state.policy, version=planner.store.version, ratio=state.trace_round_ratio,

@@ -76,6 +76,12 @@ class AdminClient:
     def profile_sps(self) -> pb.ProfileSpsResponse:
         return self._call(self.stub.ProfileSps, pb.ProfileSpsRequest(), timeout=600.0)
 
+    def calibrate(self, min_samples: int = 0, expected_version: Optional[int] = None) -> pb.CalibrateResponse:
+        request = pb.CalibrateRequest(min_samples=min_samples)
+        if expected_version is not None:
+            request.expected_version = expected_version
+        return self._call(self.stub.Calibrate, request)
+
     def serving(self) -> bool:
         """grpc.health.v1 of the Admin service: SERVING once the replica's scheduler answers."""
         stub = health_pb2_grpc.HealthStub(self.channel)

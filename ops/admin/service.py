@@ -1,12 +1,13 @@
 """The dspark.admin.v1 Admin servicer: thin RPC handlers over the replica backend (backend.py).
 
 Reads (GetState, History, WatchState) need a reader or admin credential; changes (UpdateState, Rollback,
-ProfileSps) need an admin one, pass the per-caller rate limit, and each attempt is audited whatever its
+ProfileSps, Calibrate) need an admin one, pass the per-caller rate limit, and each attempt is audited whatever its
 outcome. A change is one envelope-form `dspark` update (integration/runtime_state.py), so validation,
 versioning and history happen in the schedulers, atomically. Status codes:
 
     INVALID_ARGUMENT    a value out of range, a wrong type or unknown field, an unknown mask path, an empty mask
     ABORTED             expected_version is not the current version (read again, redo the change)
+                        (Calibrate with too few labelled rounds in the window: INVALID_ARGUMENT, naming the count)
     UNAUTHENTICATED     no valid token or client certificate
     PERMISSION_DENIED   a reader called a change
     RESOURCE_EXHAUSTED  over the caller's update rate
@@ -34,6 +35,7 @@ from dspark.ops.admin.v1 import admin_pb2 as pb
 from dspark.ops.admin.v1 import admin_pb2_grpc
 
 DEFAULT_WATCH_INTERVAL_S = 1.0
+DEFAULT_CALIBRATION_SAMPLES = 64
 
 
 def traced(handler):
@@ -128,6 +130,17 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                                      sample_batch_tokens=table.sample_batch_tokens,
                                      sample_steps_per_sec=table.sample_steps_per_sec)
 
+    @traced
+    def Calibrate(self, request, context):
+        before = self.report(context)["calibration"]
+        minimum = request.min_samples or DEFAULT_CALIBRATION_SAMPLES
+
+        def envelope(caller: Caller) -> dict:
+            return {"refit_sts": {"min_samples": minimum}, "caller": caller.name, **expected(request)}
+        response = self.change(context, "Calibrate", envelope)
+        return pb.CalibrateResponse(state=response.state, samples=before["samples"],
+                                    ece_before=[nan_for_null(e) for e in before["ece"]])
+
     # ---------------------------------------------------------------- helpers
 
     def reader(self, context, rpc: str) -> Caller:
@@ -186,4 +199,10 @@ def interval_stats(before: dict, after: dict, interval_s: float) -> pb.ServingSt
         tau=delta["accepted_tokens"] / delta["verify_forwards"] if delta["verify_forwards"] > 0 else 0.0,
         verify_budget_per_request=delta["drafts"] / delta["requests"] if delta["requests"] > 0 else 0.0,
         goodput_tok_s=after.get("last_gen_throughput", 0.0), step_overhead_s=after.get("step_overhead_s", 0.0),
-        state_version=after["version"])
+        state_version=after["version"], calibration_samples=after["calibration"]["samples"],
+        ece_by_position=[nan_for_null(e) for e in after["calibration"]["ece"]],
+        survival_gap_by_position=[nan_for_null(g) for g in after["calibration"]["survival_gap"]])
+
+
+def nan_for_null(value) -> float:
+    return float("nan") if value is None else value

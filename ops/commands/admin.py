@@ -4,7 +4,7 @@
     dspark admin set     --dns dspark-admin.ns.svc:50051 --token-file admin --policy threshold --threshold 0.4
     dspark admin set     --k8s-service prod/dspark-admin --canary 1 --canary-wait 60 --max-verify-length null
     dspark admin watch   --replica A --replica B --interval 2 --duration 30
-    dspark admin rollback | history | profile-sps   (same addressing)
+    dspark admin rollback | history | profile-sps | calibrate   (same addressing)
 
 Replicas: --replica (repeatable), --dns, --k8s-service (ops/admin/discovery.py). `set` is the two-phase
 fleet change of ops/admin/fleet.py; the exit status is 0 only when every replica converged. Tables by
@@ -27,7 +27,7 @@ from dspark.ops.admin.convert import message_to_settings
 from dspark.ops.admin.fleet import describe, fleet_update, in_parallel
 from dspark.ops.commands.settings_args import add_settings_patch_args, settings_patch
 
-ACTIONS = ("get", "set", "watch", "rollback", "history", "profile-sps")
+ACTIONS = ("get", "set", "watch", "rollback", "history", "profile-sps", "calibrate")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             sub.add_argument("--duration", type=float, default=10.0, help="stop after this many seconds")
         if action == "rollback":
             sub.add_argument("--to-version", type=int, default=None, help="default: the previous version")
+        if action == "calibrate":
+            sub.add_argument("--min-samples", type=int, default=0,
+                             help="labelled request-rounds the live window must hold (default 64)")
         sub.set_defaults(func=run)
 
 
@@ -148,7 +151,8 @@ def run_watch(args, fleet) -> int:
                     row = {"replica": client.address, "version": s.state_version, "rounds": s.rounds,
                            "tau": round(s.tau, 3), "verify_budget": round(s.verify_budget_per_request, 3),
                            "drafts": s.drafts_verified, "goodput_tok_s": round(s.goodput_tok_s, 1),
-                           "step_overhead_ms": round(1e3 * s.step_overhead_s, 2)}
+                           "step_overhead_ms": round(1e3 * s.step_overhead_s, 2),
+                           "ece": [None if e != e else round(e, 3) for e in s.ece_by_position]}
                     rows.append(row)
                     print(json.dumps(row) if args.json else "  ".join(f"{k}={v}" for k, v in row.items()),
                           flush=True)
@@ -170,6 +174,17 @@ def run_profile_sps(args, fleet) -> int:
     rows = [{"replica": c.address, **({"error": describe(r)} if isinstance(r, Exception) else
                                       {"version": r.state.version, "sps_table": r.sps_table,
                                        "probes": len(r.sample_batch_tokens)})}
+            for c, r in zip(fleet, replies)]
+    emit(args, rows)
+    return int(any("error" in r for r in rows))
+
+
+def run_calibrate(args, fleet) -> int:
+    replies = in_parallel(fleet, lambda c: c.calibrate(args.min_samples))
+    rows = [{"replica": c.address, **({"error": describe(r)} if isinstance(r, Exception) else
+                                      {"version": r.state.version, "samples": r.samples,
+                                       "ece_before": [round(e, 4) for e in r.ece_before],
+                                       "sts_temperatures": list(r.state.settings.sts_temperatures)})}
             for c, r in zip(fleet, replies)]
     emit(args, rows)
     return int(any("error" in r for r in rows))
@@ -198,4 +213,4 @@ def format_cell(value) -> str:
 
 
 ACTION_RUNNERS = {"get": run_get, "set": run_set, "watch": run_watch, "rollback": run_rollback,
-                  "history": run_history, "profile-sps": run_profile_sps}
+                  "history": run_history, "profile-sps": run_profile_sps, "calibrate": run_calibrate}

@@ -88,7 +88,7 @@ def reference():
 def admin(replica, tokens):
     client = replica.client(tokens["ops-admin"])
     client.update({"policy": "fixed", "threshold": None, "max_verify_length": None,  # each test starts here
-                   "trace_round_ratio": 1.0})
+                   "trace_round_ratio": 1.0, "sts_temperatures": None})
     yield client
     client.close()
 
@@ -358,6 +358,26 @@ def test_the_admin_cli_reads_watches_and_rolls_back(replica, tokens, admin, caps
     assert stats and all(s["replica"] == replica.admin_address for s in stats)
     assert main(["admin", "get", *where, "--token-file", "/nonexistent/token"]) == 2
     assert "token file /nonexistent/token does not exist" in capsys.readouterr().err
+
+
+def test_live_calibration_flags_wrong_temperatures_and_one_calibrate_fixes_them(replica, admin, reference):
+    start = admin.update({"sts_temperatures": [0.25] * GAMMA}).state  # sharpened: overconfident survivals
+    assert code_of(lambda: admin.calibrate(min_samples=10**6)) == grpc.StatusCode.INVALID_ARGUMENT
+    for _ in range(3):  # fixed policy: every position verified, so every position labelled
+        assert greedy(replica, PROMPTS) == [reference[p] for p in PROMPTS]
+    wrong = dspark_info(replica)["calibration"]
+    assert wrong["samples"] >= 64 and max(wrong["ece"]) > 0.2, wrong
+    reply = admin.calibrate(min_samples=64)
+    fitted = list(reply.state.settings.sts_temperatures)
+    assert reply.state.version == start.version + 1 and len(fitted) == GAMMA and fitted != [0.25] * GAMMA
+    assert reply.samples == wrong["samples"] and list(reply.ece_before) == pytest.approx(wrong["ece"])
+    assert admin.history().entries[-1].caller == "ops-admin"
+    for _ in range(3):  # later traffic, measured under the fitted temperatures
+        assert greedy(replica, PROMPTS) == [reference[p] for p in PROMPTS]
+    fixed = dspark_info(replica)["calibration"]
+    print(f"live ECE by position: sharpened {wrong['ece']} -> refit {fixed['ece']}")
+    assert sum(fixed["ece"]) < sum(wrong["ece"]) / 2
+    assert list(admin.rollback().state.settings.sts_temperatures) == [0.25] * GAMMA  # undoable like any change
 
 
 def test_round_spans_arrive_with_their_attributes_and_links_to_request_spans(replica, admin, otlp, reference):

@@ -102,8 +102,9 @@ def dashboard_metric_names(path) -> set[str]:
 
 @pytest.mark.slow
 def test_every_dashboard_query_names_a_metric_the_server_exports(server):
-    exposition = scrape(server)
+    server.post("/generate", {"text": PROMPTS, "sampling_params": {"max_new_tokens": 24, "temperature": 0}})
+    exposition = scrape(server)  # by now more than rounds.CALIBRATION_EVERY rounds: the calibration gauges too
     names = dashboard_metric_names(REPO / "helm" / "dspark" / "dashboards" / "dspark.json")
-    assert {"dspark_accepted_tokens_total", "dspark_position_accepted_total", "sglang:generation_tokens_total"} <= names
+    assert {"dspark_accepted_tokens_total", "dspark_calibration_ece", "sglang:generation_tokens_total"} <= names
     missing = sorted(n for n in names if not re.search(rf"^{re.escape(n)}[{{ ]", exposition, re.MULTILINE))
     assert not missing, f"the dashboard queries metrics the server does not export: {missing}"

@@ -111,7 +111,7 @@ class WatchStateRequest(_message.Message):
     def __init__(self, interval_s: _Optional[float] = ...) -> None: ...
 
 class ServingStats(_message.Message):
-    __slots__ = ("interval_s", "rounds", "tau", "verify_budget_per_request", "drafts_verified", "goodput_tok_s", "step_overhead_s", "state_version")
+    __slots__ = ("interval_s", "rounds", "tau", "verify_budget_per_request", "drafts_verified", "goodput_tok_s", "step_overhead_s", "state_version", "ece_by_position", "survival_gap_by_position", "calibration_samples")
     INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
     TAU_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +120,9 @@ class ServingStats(_message.Message):
     GOODPUT_TOK_S_FIELD_NUMBER: _ClassVar[int]
     STEP_OVERHEAD_S_FIELD_NUMBER: _ClassVar[int]
     STATE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ECE_BY_POSITION_FIELD_NUMBER: _ClassVar[int]
+    SURVIVAL_GAP_BY_POSITION_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     interval_s: float
     rounds: int
     tau: float
@@ -128,7 +131,10 @@ class ServingStats(_message.Message):
     goodput_tok_s: float
     step_overhead_s: float
     state_version: int
-    def __init__(self, interval_s: _Optional[float] = ..., rounds: _Optional[int] = ..., tau: _Optional[float] = ..., verify_budget_per_request: _Optional[float] = ..., drafts_verified: _Optional[int] = ..., goodput_tok_s: _Optional[float] = ..., step_overhead_s: _Optional[float] = ..., state_version: _Optional[int] = ...) -> None: ...
+    ece_by_position: _containers.RepeatedScalarFieldContainer[float]
+    survival_gap_by_position: _containers.RepeatedScalarFieldContainer[float]
+    calibration_samples: int
+    def __init__(self, interval_s: _Optional[float] = ..., rounds: _Optional[int] = ..., tau: _Optional[float] = ..., verify_budget_per_request: _Optional[float] = ..., drafts_verified: _Optional[int] = ..., goodput_tok_s: _Optional[float] = ..., step_overhead_s: _Optional[float] = ..., state_version: _Optional[int] = ..., ece_by_position: _Optional[_Iterable[float]] = ..., survival_gap_by_position: _Optional[_Iterable[float]] = ..., calibration_samples: _Optional[int] = ...) -> None: ...
 
 class WatchEvent(_message.Message):
     __slots__ = ("state", "stats")
@@ -153,3 +159,21 @@ class ProfileSpsResponse(_message.Message):
     sample_batch_tokens: _containers.RepeatedScalarFieldContainer[int]
     sample_steps_per_sec: _containers.RepeatedScalarFieldContainer[float]
     def __init__(self, state: _Optional[_Union[State, _Mapping]] = ..., sps_table: _Optional[str] = ..., sample_batch_tokens: _Optional[_Iterable[int]] = ..., sample_steps_per_sec: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class CalibrateRequest(_message.Message):
+    __slots__ = ("min_samples", "expected_version")
+    MIN_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    min_samples: int
+    expected_version: int
+    def __init__(self, min_samples: _Optional[int] = ..., expected_version: _Optional[int] = ...) -> None: ...
+
+class CalibrateResponse(_message.Message):
+    __slots__ = ("state", "ece_before", "samples")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ECE_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    state: State
+    ece_before: _containers.RepeatedScalarFieldContainer[float]
+    samples: int
+    def __init__(self, state: _Optional[_Union[State, _Mapping]] = ..., ece_before: _Optional[_Iterable[float]] = ..., samples: _Optional[int] = ...) -> None: ...

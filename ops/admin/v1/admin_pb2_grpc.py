@@ -64,6 +64,11 @@ class AdminStub:
                 request_serializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.ProfileSpsRequest.SerializeToString,
                 response_deserializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.ProfileSpsResponse.FromString,
                 _registered_method=True)
+        self.Calibrate = channel.unary_unary(
+                '/dspark.admin.v1.Admin/Calibrate',
+                request_serializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.CalibrateRequest.SerializeToString,
+                response_deserializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.CalibrateResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -112,6 +117,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Calibrate(self, request, context):
+        """Refit the STS temperatures on the live calibration window and install them as a new version. Admin role.
+        FAILED_PRECONDITION-like refusals (too few labelled rounds) come back as INVALID_ARGUMENT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -144,6 +157,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ProfileSps,
                     request_deserializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.ProfileSpsRequest.FromString,
                     response_serializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.ProfileSpsResponse.SerializeToString,
+            ),
+            'Calibrate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Calibrate,
+                    request_deserializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.CalibrateRequest.FromString,
+                    response_serializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.CalibrateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -308,6 +326,33 @@ class Admin:
             '/dspark.admin.v1.Admin/ProfileSps',
             dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.ProfileSpsRequest.SerializeToString,
             dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.ProfileSpsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Calibrate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dspark.admin.v1.Admin/Calibrate',
+            dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.CalibrateRequest.SerializeToString,
+            dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.CalibrateResponse.FromString,
             options,
             channel_credentials,
             insecure,
