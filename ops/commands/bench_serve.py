@@ -34,16 +34,21 @@ NO_SPEC = "no-spec"
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench-serve", help="tokens/s and tau through the SGLang server, DSpark vs none",
                                    description=__doc__.splitlines()[0])
-    parser.add_argument("--target", type=Path, required=True)
-    parser.add_argument("--drafter", type=Path, required=True)
-    parser.add_argument("--prompts-file", type=Path, required=True, help='JSONL of {"turns": [...]} rows')
-    parser.add_argument("--limit", type=int, default=16, help="prompts used")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    add_workload_args(parser, limit=16, max_new_tokens=64)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--policies", nargs="+", choices=POLICIES, default=["causal", "fixed"])
     parser.add_argument("--sps-table", type=Path, default=None, help="default: profiled at engine start")
     parser.add_argument("--out", type=Path, default=Path("bench/results/serve"))
     parser.set_defaults(func=run)
+
+
+def add_workload_args(parser: argparse.ArgumentParser, limit: int, max_new_tokens: int) -> None:
+    """The models and prompts of a served benchmark (bench-serve, bench-trace)."""
+    parser.add_argument("--target", type=Path, required=True)
+    parser.add_argument("--drafter", type=Path, required=True)
+    parser.add_argument("--prompts-file", type=Path, required=True, help='JSONL of {"turns": [...]} rows')
+    parser.add_argument("--limit", type=int, default=limit, help="prompts used")
+    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
 
 
 def answer_all(server: SGLangServer, prompts: list[list[int]], max_new_tokens: int, concurrency: int) -> dict:

@@ -25,7 +25,7 @@ from dspark.models.decoding.settings import default_of
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
 from dspark.models.training.run import load_target_config
-from dspark.ops.commands.bench_serve import answer_all
+from dspark.ops.commands.bench_serve import add_workload_args, answer_all
 from dspark.ops.commands.serve import TRACE_LEVEL
 from dspark.ops.otlp_sink import OtlpReceiver
 
@@ -36,11 +36,7 @@ ROUND_RATIO = {"traced": default_of("trace_round_ratio"), "traced, no round span
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench-trace", help="tracing overhead: a traced and an untraced server, alternated",
                                    description=__doc__.splitlines()[0])
-    parser.add_argument("--target", type=Path, required=True)
-    parser.add_argument("--drafter", type=Path, required=True)
-    parser.add_argument("--prompts-file", type=Path, required=True, help='JSONL of {"turns": [...]} rows')
-    parser.add_argument("--limit", type=int, default=8, help="prompts per repeat")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
+    add_workload_args(parser, limit=8, max_new_tokens=48)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--out", type=Path, default=Path("bench/results/trace-overhead"))
