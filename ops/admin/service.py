@@ -117,8 +117,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     @traced
     def ProfileSps(self, request, context):
         if self.profile is None:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this admin server was started without the target "
-                                                               "(--target) it would profile")
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this admin server has no SPS profiler")
         measured: dict = {}
 
         def envelope(caller: Caller) -> dict:
@@ -132,12 +131,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     @traced
     def Calibrate(self, request, context):
-        before = self.report(context)["calibration"]
         minimum = request.min_samples or DEFAULT_CALIBRATION_SAMPLES
+        captured: dict = {}
 
         def envelope(caller: Caller) -> dict:
+            captured["before"] = self.backend.report()["calibration"]  # authorized by now
             return {"refit_sts": {"min_samples": minimum}, "caller": caller.name, **expected(request)}
         response = self.change(context, "Calibrate", envelope)
+        before = captured["before"]
         return pb.CalibrateResponse(state=response.state, samples=before["samples"],
                                     ece_before=[nan_for_null(e) for e in before["ece"]])
 
@@ -174,6 +175,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             self.refuse(context, audit, grpc.StatusCode.INVALID_ARGUMENT, str(err))
         except ReplicaUnavailable as err:
             self.refuse(context, audit, grpc.StatusCode.UNAVAILABLE, str(err))
+        except Exception as err:  # a failed profile, say: still one audit line, and the caller learns why
+            self.refuse(context, audit, grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}")
         before_state = {k: before[k] for k in outcome["state"]}
         self.audit.record(**audit, result="applied" if outcome["applied"] else "validated", before=before_state,
                           after=outcome["state"], version_before=before["version"],
