@@ -36,12 +36,11 @@ class LiveCalibration:
         self.rows.clear()
 
     def observe(self, logits: torch.Tensor, verify_lens: torch.Tensor, accepted: torch.Tensor) -> None:
-        """logits [bs, gamma] raw confidence logits, verify_lens [bs], accepted [bs] drafts."""
+        """logits [bs, gamma] raw confidence logits; verify_lens, accepted [bs] long drafts, accepted <= verified."""
         logits = logits.detach().float().cpu()
-        verify, taken = verify_lens.long().cpu().tolist(), accepted.long().cpu().tolist()
-        for row, length, count in zip(logits, verify, taken):
+        for row, length, count in zip(logits, verify_lens.tolist(), accepted.tolist()):
             if length > 0:  # nothing verified: nothing labelled
-                self.rows.append((row, length, min(count, length)))
+                self.rows.append((row, length, count))
 
     def data(self) -> Optional[CalibrationData]:
         if not self.rows:

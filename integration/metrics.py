@@ -105,11 +105,11 @@ def observe_counts(histogram, values: torch.Tensor) -> None:
 
 
 def observe_round(verify_lens: torch.Tensor, accepted: torch.Tensor) -> None:
-    """One verified round: verify_lens [bs] drafts verified per request, accepted [bs] drafts accepted."""
+    """One verified round: verify_lens [bs] long (host) drafts verified per request, accepted [bs] long (host)
+    drafts accepted, each <= its verify length."""
     if not enabled():
         return
     metrics = registry()
-    verify_lens, accepted = verify_lens.long().cpu(), torch.minimum(accepted.long().cpu(), verify_lens.long().cpu())
     metrics["rounds"].inc()
     observe_counts(metrics["verify_length"], verify_lens)
     observe_counts(metrics["accepted_length"], accepted)

@@ -63,21 +63,20 @@ def request_links(reqs) -> list:
 
 def observe_round(*, reqs, verify_lens: torch.Tensor, accepted: torch.Tensor, gamma: int, policy: str,
                   version: int, ratio: float, planned_ns: Optional[int], planner_s: float) -> None:
-    """Emit this round's span if tracing is on and the round is sampled."""
+    """Emit this round's span if tracing is on and the round is sampled. verify_lens, accepted: [bs] long
+    (host), accepted <= verify_lens."""
     if not tracing_on() or not sampler.take(ratio):
         return
     from opentelemetry import trace
 
-    lengths = verify_lens.long().cpu()
-    accepted = torch.minimum(accepted.long().cpu(), lengths)
     span = trace.get_tracer("dspark").start_span(ROUND_SPAN, start_time=planned_ns or time.time_ns(),
                                                 links=request_links(reqs))
     span.set_attributes({
-        "dspark.batch_size": len(lengths), "dspark.drafted_tokens": len(lengths) * gamma,
-        "dspark.verify_tokens": int((lengths + 1).sum()),
-        "dspark.verify_length.mean": float(lengths.double().mean()) if len(lengths) else 0.0,
-        "dspark.verify_length.min": int(lengths.min()) if len(lengths) else 0,
-        "dspark.verify_length.max": int(lengths.max()) if len(lengths) else 0,
-        "dspark.accepted_tokens": int(accepted.sum()) + len(lengths), "dspark.policy": policy,
+        "dspark.batch_size": len(verify_lens), "dspark.drafted_tokens": len(verify_lens) * gamma,
+        "dspark.verify_tokens": int((verify_lens + 1).sum()),
+        "dspark.verify_length.mean": float(verify_lens.double().mean()) if len(verify_lens) else 0.0,
+        "dspark.verify_length.min": int(verify_lens.min()) if len(verify_lens) else 0,
+        "dspark.verify_length.max": int(verify_lens.max()) if len(verify_lens) else 0,
+        "dspark.accepted_tokens": int(accepted.sum()) + len(verify_lens), "dspark.policy": policy,
         "dspark.state_version": version, "dspark.planner_time_s": planner_s})
     span.end()
