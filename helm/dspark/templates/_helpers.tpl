@@ -1,0 +1,237 @@
+{{/* Names: <release>-dspark unless the release name already holds the chart's name. */}}
+{{- define "dspark.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "dspark.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "dspark.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "dspark.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels on every resource; the selector labels pick the serving pods only. */}}
+{{- define "dspark.baseLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: dspark
+app.kubernetes.io/name: {{ include "dspark.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "dspark.labels" -}}
+{{ include "dspark.baseLabels" . }}
+app.kubernetes.io/component: server
+{{- end -}}
+
+{{- define "dspark.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "dspark.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: server
+{{- end -}}
+
+{{- define "dspark.routerSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "dspark.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: router
+{{- end -}}
+
+{{- define "dspark.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s:%s@%s" .Values.image.repository .Values.image.tag .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository .Values.image.tag -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "dspark.adminTokensSecret" -}}
+{{- .Values.admin.tokens.existingSecret | default (printf "%s-admin-tokens" (include "dspark.fullname" .)) -}}
+{{- end -}}
+
+{{- define "dspark.hubCacheClaim" -}}
+{{- .Values.hub.cache.existingClaim | default (printf "%s-hub-cache" (include "dspark.fullname" .)) -}}
+{{- end -}}
+
+{{- define "dspark.usesHub" -}}
+{{- if or (eq .Values.target.source "hub") (eq .Values.drafter.source "hub") }}true{{ end -}}
+{{- end -}}
+
+{{/* Where a model (dict: m = target/drafter values, role) is inside the container. */}}
+{{- define "dspark.modelPath" -}}
+{{- $m := .m -}}
+{{- if eq $m.source "hub" -}}
+/models/hub/{{ required (printf "%s.hubId is required when %s.source is hub" .role .role) $m.hubId }}/{{ $m.revision }}
+{{- else if eq $m.source "pvc" -}}
+/models/{{ .role }}/{{ $m.path | trimPrefix "/" }}
+{{- else -}}
+{{ required (printf "%s.path is required when %s.source is image" .role .role) $m.path }}
+{{- end -}}
+{{- end -}}
+
+{{/* The verify-plan settings as `dspark serve` flags (null: the flag's own default, which is the schema's). */}}
+{{- define "dspark.settingsArgs" -}}
+{{- range $name, $value := .Values.settings }}
+{{- if not (kindIs "invalid" $value) }}
+- --{{ $name | replace "_" "-" }}
+{{- if kindIs "slice" $value }}
+{{- range $value }}
+- {{ . | toString | quote }}
+{{- end }}
+{{- else }}
+- {{ $value | toString | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The admin sidecar's flags: listen on the pod address, tokens from the Secret, TLS or plaintext. */}}
+{{- define "dspark.adminArgs" -}}
+{{- $a := .Values.admin -}}
+- --admin-port
+- {{ $a.port | quote }}
+- --admin-host
+- {{ .Values.listenAddress | quote }}
+{{- range $a.tokens.admins }}
+- --admin-token-file
+- /etc/dspark/admin-tokens/{{ . }}
+{{- end }}
+{{- range $a.tokens.readers }}
+- --reader-token-file
+- /etc/dspark/admin-tokens/{{ . }}
+{{- end }}
+{{- if $a.tls.secretName }}
+- --admin-tls-cert
+- /etc/dspark/admin-tls/tls.crt
+- --admin-tls-key
+- /etc/dspark/admin-tls/tls.key
+{{- if $a.tls.requireClientCert }}
+- --admin-tls-client-ca
+- /etc/dspark/admin-tls/ca.crt
+{{- end }}
+{{- else }}
+{{- /* plaintext beyond loopback: the NetworkPolicy decides who reaches the port */}}
+- --admin-insecure
+{{- end }}
+- --admin-update-rate
+- {{ $a.updateRate | toString | quote }}
+- --admin-update-burst
+- {{ $a.updateBurst | quote }}
+{{- if $a.metricsPort }}
+- --admin-metrics-port
+- {{ $a.metricsPort | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The serving container's arguments to `dspark serve`; .worker: an LWS worker (no admin sidecar). */}}
+{{- define "dspark.serveArgs" -}}
+{{- $root := .root -}}
+{{- $v := $root.Values -}}
+- --target
+- {{ include "dspark.modelPath" (dict "m" $v.target "role" "target") }}
+- --drafter
+- {{ include "dspark.modelPath" (dict "m" $v.drafter "role" "drafter") }}
+- --host
+- {{ $v.listenAddress | quote }}
+- --port
+- {{ $v.http.port | quote }}
+- --device
+- {{ ternary "cuda" "cpu" (gt (int $v.gpu.count) 0) }}
+{{- include "dspark.settingsArgs" $root }}
+{{- if and $v.admin.enabled (not .worker) }}
+{{ include "dspark.adminArgs" $root }}
+{{- end }}
+{{- if $v.tracing.otlpEndpoint }}
+- --otlp-endpoint
+- {{ $v.tracing.otlpEndpoint | quote }}
+- --otlp-protocol
+- {{ $v.tracing.protocol | quote }}
+- --otlp-service-name
+- {{ $v.tracing.serviceName | default (include "dspark.fullname" $root) | quote }}
+{{- end }}
+- --
+{{- range $v.sglangArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- if $v.lws.enabled }}
+- --nnodes
+- $(LWS_GROUP_SIZE)
+- --node-rank
+- $(LWS_WORKER_INDEX)
+- --dist-init-addr
+- $(LWS_LEADER_ADDRESS):{{ $v.lws.distPort }}
+{{- end }}
+{{- end -}}
+
+{{/* Least privilege for every container; writable paths are emptyDir mounts. */}}
+{{- define "dspark.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "dspark.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .Values.podSecurityContext.runAsUser }}
+runAsGroup: {{ .Values.podSecurityContext.runAsUser }}
+fsGroup: {{ .Values.podSecurityContext.fsGroup }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* Scheduling fields shared by every pod that must land on a GPU node. */}}
+{{- define "dspark.scheduling" -}}
+{{- $s := .Values.scheduling -}}
+{{- with $s.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $s.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $s.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $s.runtimeClassName }}
+runtimeClassName: {{ . }}
+{{- end }}
+{{- with $s.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $s.schedulerName }}
+schedulerName: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* CPU/memory from .Values.resources plus the accelerator; quantities quoted (server-side apply on 1.20
+     rejects a bare number for an extended resource). */}}
+{{- define "dspark.resources" -}}
+{{- $v := .Values -}}
+{{- $requests := deepCopy ($v.resources.requests | default dict) -}}
+{{- $limits := deepCopy ($v.resources.limits | default dict) -}}
+{{- if gt (int $v.gpu.count) 0 -}}
+{{- $_ := set $requests $v.gpu.resourceName ($v.gpu.count | toString) -}}
+{{- $_ := set $limits $v.gpu.resourceName ($v.gpu.count | toString) -}}
+{{- end -}}
+{{- with $requests -}}
+requests:
+  {{- range $k, $q := . }}
+  {{ $k }}: {{ $q | toString | quote }}
+  {{- end }}
+{{- end }}
+{{- with $limits }}
+limits:
+  {{- range $k, $q := . }}
+  {{ $k }}: {{ $q | toString | quote }}
+  {{- end }}
+{{- end }}
+{{- end -}}

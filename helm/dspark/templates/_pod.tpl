@@ -1,0 +1,160 @@
+{{/* The serving pod, shared by the Deployment and the LeaderWorkerSet's leader and workers.
+     Called with (dict "root" $ "worker" bool). */}}
+{{- define "dspark.podSpec" -}}
+{{- $root := .root -}}
+{{- $v := $root.Values -}}
+{{- $fullname := include "dspark.fullname" $root -}}
+serviceAccountName: {{ $fullname }}
+automountServiceAccountToken: false  # the servers never call the Kubernetes API
+securityContext:
+  {{- include "dspark.podSecurityContext" $root | nindent 2 }}
+terminationGracePeriodSeconds: {{ $v.scheduling.terminationGracePeriodSeconds }}
+{{- include "dspark.scheduling" $root }}
+{{- with $v.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if include "dspark.usesHub" $root }}
+initContainers:
+  {{- range $role := list "target" "drafter" }}
+  {{- $m := index $v $role }}
+  {{- if eq $m.source "hub" }}
+  - name: fetch-{{ $role }}
+    image: {{ include "dspark.image" $root }}
+    imagePullPolicy: {{ $v.image.pullPolicy }}
+    # huggingface_hub's CLI: resumes a partial download and skips files already in the cache
+    command: [hf, download]
+    args:
+      - {{ $m.hubId | quote }}
+      - --revision
+      - {{ $m.revision | quote }}
+      - --local-dir
+      - {{ include "dspark.modelPath" (dict "m" $m "role" $role) }}
+    env:
+      {{- include "dspark.hubEnv" $root | nindent 6 }}
+    securityContext:
+      {{- include "dspark.containerSecurityContext" $root | nindent 6 }}
+    volumeMounts:
+      - {name: hub-cache, mountPath: /models/hub}
+      - {name: home, mountPath: /home/dspark}
+      - {name: tmp, mountPath: /tmp}
+  {{- end }}
+  {{- end }}
+{{- end }}
+containers:
+  - name: dspark
+    image: {{ include "dspark.image" $root }}
+    imagePullPolicy: {{ $v.image.pullPolicy }}
+    command: [dspark, serve]
+    args:
+      {{- include "dspark.serveArgs" . | nindent 6 }}
+    env:
+      - {name: DSPARK_CACHE, value: /var/cache/dspark}
+      - {name: HOME, value: /home/dspark}
+      - name: SGLANG_HEALTH_CHECK_TIMEOUT
+        value: {{ $v.probes.healthCheckTimeoutSeconds | quote }}
+      # /health answers without generating (the liveness check); /health_generate still generates (readiness)
+      - {name: SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION, value: "false"}
+      {{- if $v.tracing.otlpEndpoint }}
+      - {name: OTEL_TRACES_SAMPLER, value: {{ $v.tracing.sampler | quote }}}
+      - {name: OTEL_TRACES_SAMPLER_ARG, value: {{ $v.tracing.samplerArg | quote }}}
+      {{- end }}
+      {{- with $v.extraEnv }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
+    ports:
+      - {name: http, containerPort: {{ $v.http.port }}, protocol: TCP}
+      {{- if and $v.admin.enabled (not .worker) }}
+      - {name: admin, containerPort: {{ $v.admin.port }}, protocol: TCP}
+      {{- if $v.admin.metricsPort }}
+      - {name: admin-metrics, containerPort: {{ $v.admin.metricsPort }}, protocol: TCP}
+      {{- end }}
+      {{- end }}
+    {{- if not .worker }}
+    startupProbe:
+      httpGet: {path: /health, port: http}
+      periodSeconds: {{ $v.probes.startup.periodSeconds }}
+      failureThreshold: {{ $v.probes.startup.failureThreshold }}
+    readinessProbe:
+      httpGet: {path: /health_generate, port: http}
+      periodSeconds: {{ $v.probes.readiness.periodSeconds }}
+      {{- if le (int $v.probes.readiness.timeoutSeconds) (int $v.probes.healthCheckTimeoutSeconds) }}
+      {{- fail (printf "probes.readiness.timeoutSeconds (%v) must exceed probes.healthCheckTimeoutSeconds (%v): /health_generate waits that long before it answers" $v.probes.readiness.timeoutSeconds $v.probes.healthCheckTimeoutSeconds) }}
+      {{- end }}
+      timeoutSeconds: {{ $v.probes.readiness.timeoutSeconds }}
+      failureThreshold: {{ $v.probes.readiness.failureThreshold }}
+    livenessProbe:
+      httpGet: {path: /health, port: http}
+      periodSeconds: {{ $v.probes.liveness.periodSeconds }}
+      timeoutSeconds: {{ $v.probes.liveness.timeoutSeconds }}
+      failureThreshold: {{ $v.probes.liveness.failureThreshold }}
+    {{- end }}
+    {{- with include "dspark.resources" $root }}
+    resources:
+      {{- . | nindent 6 }}
+    {{- end }}
+    securityContext:
+      {{- include "dspark.containerSecurityContext" $root | nindent 6 }}
+    terminationMessagePolicy: FallbackToLogsOnError
+    volumeMounts:
+      - {name: shm, mountPath: /dev/shm}
+      - {name: cache, mountPath: /var/cache/dspark}
+      - {name: home, mountPath: /home/dspark}
+      - {name: tmp, mountPath: /tmp}
+      {{- if include "dspark.usesHub" $root }}
+      - {name: hub-cache, mountPath: /models/hub, readOnly: true}
+      {{- end }}
+      {{- range $role := list "target" "drafter" }}
+      {{- if eq (index $v $role).source "pvc" }}
+      - {name: {{ $role }}-model, mountPath: /models/{{ $role }}, readOnly: true}
+      {{- end }}
+      {{- end }}
+      {{- if and $v.admin.enabled (not .worker) }}
+      - {name: admin-tokens, mountPath: /etc/dspark/admin-tokens, readOnly: true}
+      {{- if $v.admin.tls.secretName }}
+      - {name: admin-tls, mountPath: /etc/dspark/admin-tls, readOnly: true}
+      {{- end }}
+      {{- end }}
+volumes:
+  # always memory-backed and sized: NCCL and SGLang's IPC outgrow the runtime's 64 MiB default
+  - name: shm
+    emptyDir: {medium: Memory, sizeLimit: {{ $v.shmSize }}}
+  # writable paths under a read-only root: dspark's cache (SGLang's admin-key config, SPS profiles, audit log),
+  # HOME (torch, Triton and FlashInfer JIT caches) and /tmp
+  - {name: cache, emptyDir: {}}
+  - {name: home, emptyDir: {}}
+  - {name: tmp, emptyDir: {}}
+  {{- if include "dspark.usesHub" $root }}
+  - name: hub-cache
+    persistentVolumeClaim: {claimName: {{ include "dspark.hubCacheClaim" $root }}}
+  {{- end }}
+  {{- range $role := list "target" "drafter" }}
+  {{- $m := index $v $role }}
+  {{- if eq $m.source "pvc" }}
+  - name: {{ $role }}-model
+    persistentVolumeClaim:
+      claimName: {{ required (printf "%s.claimName is required when %s.source is pvc" $role $role) $m.claimName }}
+      readOnly: true
+  {{- end }}
+  {{- end }}
+  {{- if and $v.admin.enabled (not .worker) }}
+  - name: admin-tokens
+    secret:
+      secretName: {{ include "dspark.adminTokensSecret" $root }}
+      defaultMode: 0440  # readable by the pod's fsGroup only
+  {{- if $v.admin.tls.secretName }}
+  - name: admin-tls
+    secret: {secretName: {{ $v.admin.tls.secretName }}, defaultMode: 0440}
+  {{- end }}
+  {{- end }}
+{{- end -}}
+
+{{/* Hugging Face downloads: the token (when given) and the cache's metadata beside the models. */}}
+{{- define "dspark.hubEnv" -}}
+- {name: HF_HOME, value: /models/hub/.hf}
+{{- if .Values.hub.tokenSecret }}
+- name: HF_TOKEN
+  valueFrom:
+    secretKeyRef: {name: {{ .Values.hub.tokenSecret }}, key: {{ .Values.hub.tokenKey }}}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,188 @@
+"""The chart rendered by real helm v4: lint, golden renders of every example, the manifests against the JSON
+schemas of several Kubernetes versions (kubernetes-validate --strict), and what each rendered resource must
+say (security, probes, /dev/shm, discovery RBAC, the NetworkPolicy, capability guards).
+
+Golden renders: DSPARK_UPDATE_GOLDEN=1 pytest tests/helm/test_chart.py rewrites tests/helm/golden/ (then
+review the diff)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.helm.conftest import CHART, EXAMPLES, find
+from tests.paths import REPO
+
+GOLDEN = REPO / "tests" / "helm" / "golden"
+KUBE_VERSIONS = ("1.25.0", "1.29.0", "1.33.0", "1.37.0")  # kubernetes-validate 1.37.0 ships 1.25..1.37
+# what the goldens assume the cluster serves: the optional kinds' APIs (their guards are exercised for real
+# against the 1.20 API server in test_cluster.py)
+OPTIONAL_APIS = ("monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PodMonitor",
+                 "keda.sh/v1alpha1/ScaledObject")
+GOLDEN_FLAGS = ("--kube-version", "1.30.0", *[f for api in OPTIONAL_APIS for f in ("--api-versions", api)])
+WRITABLE = {"/dev/shm", "/var/cache/dspark", "/home/dspark", "/tmp", "/models/hub"}
+
+
+def masked(text: str) -> str:
+    """The render with the generated admin tokens (random per render) replaced by a placeholder."""
+    docs = list(yaml.safe_load_all(text))
+    for doc in docs:
+        if doc and doc["kind"] == "Secret" and doc["metadata"]["name"].endswith("-admin-tokens"):
+            doc["data"] = {key: "<random>" for key in doc["data"]}
+    return yaml.safe_dump_all([d for d in docs if d], sort_keys=False)
+
+
+def test_lint_strict_passes_for_the_defaults_and_every_example(helm):
+    helm("lint", "--strict", str(CHART))
+    for example in EXAMPLES:
+        helm("lint", "--strict", str(CHART), "--values", str(example))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_golden_render_of_each_example(helm, example):
+    text = masked(helm("template", "dspark", str(CHART), "--namespace", "dspark", "--values", str(example),
+                       *GOLDEN_FLAGS).stdout)
+    golden = GOLDEN / f"{example.stem}.yaml"
+    if os.environ.get("DSPARK_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert golden.is_file(), f"no golden render for {example.name}: run with DSPARK_UPDATE_GOLDEN=1"
+    assert text == golden.read_text(), f"{example.name} renders differently from {golden}: review, then update"
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+@pytest.mark.parametrize("example", [None, *EXAMPLES], ids=lambda p: p.stem if p else "defaults")
+def test_rendered_manifests_validate_strictly(helm, example, kube_version):
+    values = ["--values", str(example)] if example else []
+    text = helm("template", "dspark", str(CHART), "--kube-version", kube_version, *values).stdout
+    validate = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", "-k", kube_version,
+                               "-"], input=text, text=True, capture_output=True)
+    assert validate.returncode == 0, validate.stdout + validate.stderr
+
+
+def serving_container(docs: list[dict]) -> dict:
+    pod = find(docs, "Deployment")["spec"]["template"]["spec"]
+    return next(c for c in pod["containers"] if c["name"] == "dspark")
+
+
+def test_every_container_is_locked_down_and_writes_only_to_mounted_volumes(render):
+    docs = render("--set", "router.enabled=true", "--set", "hub.tokenSecret=hf")
+    pods = [d["spec"]["template"]["spec"] for d in docs if d["kind"] == "Deployment"]
+    pods += [d["spec"] for d in docs if d["kind"] == "Pod"]
+    assert len(pods) == 4  # the server, the router and two `helm test` pods
+    for pod in pods:
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in pod.get("initContainers", []) + pod["containers"]:
+            ctx = container["securityContext"]
+            assert ctx["readOnlyRootFilesystem"] and not ctx["allowPrivilegeEscalation"], container["name"]
+            assert ctx["capabilities"] == {"drop": ["ALL"]}, container["name"]
+            assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+            assert {m["mountPath"] for m in container.get("volumeMounts", []) if not m.get("readOnly")} <= WRITABLE
+
+
+@pytest.mark.parametrize("flags, size", [([], "16Gi"), (["--set", "shmSize=64Gi"], "64Gi"),
+                                         (["--values", str(CHART / "examples" / "small-cpu.yaml")], "1Gi")])
+def test_dev_shm_is_always_a_sized_memory_volume(render, flags, size):
+    docs = render(*flags)
+    pod = find(docs, "Deployment")["spec"]["template"]["spec"]
+    assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": size}} in pod["volumes"]
+    assert {"name": "shm", "mountPath": "/dev/shm"} in serving_container(docs)["volumeMounts"]
+
+
+def test_probes_give_loading_a_long_budget_readiness_generates_and_liveness_is_cheap(render):
+    container = serving_container(render("--set", "probes.healthCheckTimeoutSeconds=40",
+                                         "--set", "probes.readiness.timeoutSeconds=45"))
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    startup, readiness, liveness = (container[p] for p in ("startupProbe", "readinessProbe", "livenessProbe"))
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800
+    assert readiness["httpGet"]["path"] == "/health_generate"
+    assert readiness["timeoutSeconds"] > int(env["SGLANG_HEALTH_CHECK_TIMEOUT"]) == 40
+    # SGLang answers /health without a generation when this is false: a busy server still passes liveness
+    assert liveness["httpGet"]["path"] == startup["httpGet"]["path"] == "/health"
+    assert env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "false"
+
+
+def test_gpu_scheduling_values_reach_the_pod(render):
+    docs = render("--set", "gpu.resourceName=amd.com/gpu", "--set", "gpu.count=4",
+                  "--set", "scheduling.runtimeClassName=nvidia", "--set", "scheduling.priorityClassName=llm",
+                  "--set", "scheduling.schedulerName=volcano", "--set", "scheduling.nodeSelector.pool=gpu",
+                  "--set", "scheduling.tolerations[0].key=gpu", "--set", "scheduling.tolerations[0].operator=Exists")
+    pod = find(docs, "Deployment")["spec"]["template"]["spec"]
+    resources = serving_container(docs)["resources"]
+    assert resources["limits"]["amd.com/gpu"] == resources["requests"]["amd.com/gpu"] == "4"
+    assert (pod["runtimeClassName"], pod["priorityClassName"], pod["schedulerName"]) == ("nvidia", "llm", "volcano")
+    assert pod["nodeSelector"] == {"pool": "gpu"} and pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    assert "--device" in (args := serving_container(docs)["args"]) and args[args.index("--device") + 1] == "cuda"
+
+
+def test_discovery_rbac_is_exactly_what_the_admin_cli_reads(render):
+    docs = render()
+    role = find(docs, "Role", "-discovery")
+    assert role["rules"] == [
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["endpoints"], "resourceNames": ["dspark-replicas"], "verbs": ["get"]}]
+    binding = find(docs, "RoleBinding", "-discovery")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "dspark-admin-client", "namespace": "dspark"}]
+    headless = find(docs, "Service", "-replicas")
+    assert headless["spec"]["clusterIP"] == "None" and [p["name"] for p in headless["spec"]["ports"]] == ["admin"]
+    assert find(docs, "Service", "-admin")["spec"]["type"] == "ClusterIP"
+    server_sa = find(docs, "ServiceAccount", "dspark")
+    assert server_sa["automountServiceAccountToken"] is False  # the servers themselves get no API access
+
+
+def test_only_labelled_clients_reach_the_admin_port(render):
+    policy = find(render("--set", "admin.networkPolicy.clientLabels.team=ml"), "NetworkPolicy")
+    rules = policy["spec"]["ingress"]
+    admin_rules = [r for r in rules if {"port": "admin", "protocol": "TCP"} in r.get("ports", [])]
+    assert admin_rules == [{"from": [{"podSelector": {"matchLabels": {"dspark.dev/admin-client": "true",
+                                                                         "team": "ml"}}}],
+                            "ports": [{"port": "admin", "protocol": "TCP"}]}]
+    open_rule = next(r for r in rules if "from" not in r)
+    assert {p["port"] for p in open_rule["ports"]} == {"http", "admin-metrics"}
+
+
+def test_admin_secrets_are_mounted_where_dspark_serve_reads_them(render):
+    docs = render("--set", "admin.tls.secretName=admin-tls", "--set", "admin.tls.requireClientCert=true")
+    container = serving_container(docs)
+    args = container["args"]
+    pairs = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("--admin-t")}
+    assert pairs == {"--admin-token-file": "/etc/dspark/admin-tokens/ops",
+                     "--admin-tls-cert": "/etc/dspark/admin-tls/tls.crt",
+                     "--admin-tls-key": "/etc/dspark/admin-tls/tls.key",
+                     "--admin-tls-client-ca": "/etc/dspark/admin-tls/ca.crt"}
+    assert "--admin-insecure" not in args
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["admin-tokens"] == "/etc/dspark/admin-tokens" and mounts["admin-tls"] == "/etc/dspark/admin-tls"
+    secret = find(docs, "Secret", "-admin-tokens")
+    assert sorted(secret["data"]) == ["grafana", "ops"] and all(len(v) == 64 for v in secret["data"].values())
+    assert find(render("--set", "admin.tokens.existingSecret=mine"), "Deployment")  # and then no Secret:
+    assert not [d for d in render("--set", "admin.tokens.existingSecret=mine") if d["kind"] == "Secret"]
+
+
+def test_notes_never_print_a_token(helm):
+    out = helm("install", "dspark", str(CHART), "--dry-run=client", "--namespace", "dspark").stdout
+    notes = out.split("NOTES:", 1)[1]
+    tokens = re.findall(r"^  (?:ops|grafana): (\S+)$", out, re.M)
+    assert tokens and not any(t in notes for t in tokens)
+    assert "dspark admin get --k8s-service dspark/dspark-replicas" in notes
+
+
+def test_optional_kinds_render_only_where_the_cluster_serves_their_api(render):
+    flags = ["--set", "monitoring.kind=ServiceMonitor", "--set", "autoscaling.kind=keda",
+             "--set", "podDisruptionBudget.enabled=true"]
+    bare = {d["kind"] for d in render(*flags, "--kube-version", "1.30.0")}
+    assert {"ServiceMonitor", "ScaledObject"}.isdisjoint(bare) and "PodDisruptionBudget" in bare
+    served = {d["kind"] for d in render(*flags, *GOLDEN_FLAGS)}
+    assert {"ServiceMonitor", "ScaledObject", "PodDisruptionBudget"} <= served
+    # the autoscaler owns the replica count
+    assert "replicas" not in find(render(*flags, *GOLDEN_FLAGS), "Deployment")["spec"]
+
+
+def test_the_dashboard_ships_with_the_chart(render):
+    dashboard = find(render(), "ConfigMap", "-dashboard")
+    assert dashboard["data"]["dspark.json"] == (CHART / "dashboards" / "dspark.json").read_text().rstrip("\n")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"

@@ -1,0 +1,188 @@
+"""`make deploy` against a real API server (tests/helm/cluster.py: kube-apiserver, controller-manager and
+scheduler v1.20.2 with etcd, on loopback; this test plays the kubelet). The GPU example installs, lands on
+the GPU node, upgrades into a new ReplicaSet, rolls back and uninstalls; a release asking for more GPUs than
+exist stays Pending with the scheduler's reason and is undone; the admin CLI's Kubernetes discovery finds the
+replicas with the chart's admin-client ServiceAccount and nothing more. 1.20 serves neither policy/v1 nor the
+Prometheus operator's CRDs, so the chart's capability guards are exercised for real. The tests run in order."""
+from __future__ import annotations
+
+import base64
+import subprocess
+import time
+
+import pytest
+
+from dspark.ops.admin import discovery
+
+from tests.helm.cluster import ControlPlane, Kubelet, pod_ready
+from tests.helm.conftest import CHART, setup_k8s_tools
+from tests.paths import REPO
+
+pytestmark = pytest.mark.slow
+NAMESPACE, RELEASE = "llm", "dspark"
+GPU_VALUES = CHART / "examples" / "qwen3-8b-gpu.yaml"
+GPU_NODE, CPU_NODE = "gpu-node-1", "cpu-node-1"
+WAIT_S = 120.0  # failure bound for controllers to act; never a measurement
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory):
+    plane = ControlPlane(setup_k8s_tools(), tmp_path_factory.mktemp("k8s"))
+    kubelet = Kubelet(plane)
+    try:
+        plane.start()
+        base = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+        plane.add_node(GPU_NODE, {"nvidia.com/gpu.present": "true"},
+                       [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+                       {**base, "nvidia.com/gpu": "8"})
+        plane.add_node(CPU_NODE, {}, [], base)
+        # what a GPU cluster provides: the runtime class, a volume for the hub cache, the hub token
+        plane.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
+                     "handler": "nvidia"})
+        plane.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "hub-cache"},
+                     "spec": {"capacity": {"storage": "200Gi"}, "accessModes": ["ReadWriteOnce"],
+                              "hostPath": {"path": str(plane.folder / "hub")}}})
+        plane.kubectl("create", "namespace", NAMESPACE)
+        plane.kubectl("-n", NAMESPACE, "create", "secret", "generic", "hf-token", "--from-literal=token=hf_test")
+        kubelet.start()
+        yield plane
+    finally:
+        if kubelet.is_alive():
+            kubelet.stop()
+        plane.stop()
+
+
+def make(plane: ControlPlane, target: str, *variables: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", target, f"NAMESPACE={NAMESPACE}", *variables], cwd=REPO,
+                          env=plane.env(), text=True, capture_output=True)
+
+
+def deploy(plane: ControlPlane, *variables: str) -> subprocess.CompletedProcess:
+    result = make(plane, "deploy", f"VALUES={GPU_VALUES}", "DEPLOY_TIMEOUT=5m", *variables)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def server_pods(plane: ControlPlane, release: str = RELEASE) -> list[dict]:
+    selector = f"app.kubernetes.io/instance={release},app.kubernetes.io/component=server"
+    return [p for p in plane.get("pods", "-n", NAMESPACE, "-l", selector)["items"]
+            if not p["metadata"].get("deletionTimestamp")]
+
+
+def eventually(check, what: str):
+    deadline = time.monotonic() + WAIT_S
+    while not (result := check()):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.5)
+    return result
+
+
+def test_make_deploy_installs_the_gpu_example_onto_the_gpu_node(plane):
+    out = deploy(plane).stdout
+    assert "STATUS: deployed" in out and "REVISION: 1" in out
+    pods = server_pods(plane)
+    assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {GPU_NODE}
+    assert all(pod_ready(p) for p in pods)
+    router = plane.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=router")["items"]
+    assert [p["spec"]["nodeName"] for p in router] == [CPU_NODE]  # no GPU toleration: not on the GPU node
+    assert plane.get("pvc", "-n", NAMESPACE, "dspark-hub-cache")["status"]["phase"] == "Bound"
+
+
+def test_capability_guards_leave_out_what_the_cluster_does_not_serve(plane):
+    manifest = subprocess.run(["helm", "get", "manifest", RELEASE, "-n", NAMESPACE], env=plane.env(), text=True,
+                              capture_output=True, check=True).stdout
+    kinds = {line.split(":", 1)[1].strip() for line in manifest.splitlines() if line.startswith("kind:")}
+    # the example asks for both; 1.20 has no policy/v1 and no monitoring.coreos.com CRDs
+    assert {"Deployment", "NetworkPolicy", "Role"} <= kinds
+    assert {"PodDisruptionBudget", "ServiceMonitor"}.isdisjoint(kinds)
+
+
+def admin_client_kubeconfig(plane: ControlPlane):
+    """A kubeconfig holding the token of the chart's admin-client ServiceAccount (from its token Secret)."""
+    account = eventually(lambda: plane.get("sa", "-n", NAMESPACE, "dspark-admin-client").get("secrets"),
+                         "no token Secret for the admin-client ServiceAccount")
+    secret = plane.get("secret", "-n", NAMESPACE, account[0]["name"])
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    return plane.write_kubeconfig(plane.folder / "admin-client.kubeconfig", token, NAMESPACE)
+
+
+def test_the_admin_cli_discovers_the_replicas_with_only_the_charts_rbac(plane):
+    kubeconfig = admin_client_kubeconfig(plane)
+    expected = sorted(f"{p['status']['podIP']}:50051" for p in server_pods(plane))
+    api = discovery.kube_api(kubeconfig)
+    found = eventually(lambda: discovery.from_kubernetes(f"{NAMESPACE}/dspark-replicas", api=api) == expected
+                       and expected, "discovery never listed the ready replicas")
+    assert found == expected
+    assert api.namespace == NAMESPACE and discovery.from_kubernetes("dspark-replicas", api=api) == expected
+    can_i = lambda *what: plane.kubectl("auth", "can-i", *what, "-n", NAMESPACE, f"--token={api.token}",  # noqa: E731
+                                        check=False).stdout.strip()
+    assert can_i("list", "endpointslices.discovery.k8s.io") == "yes"
+    assert can_i("get", "endpoints/dspark-replicas") == "yes"
+    for forbidden in (("get", "endpoints/other"), ("list", "pods"), ("get", "secrets"), ("watch", "endpointslices.discovery.k8s.io")):
+        assert can_i(*forbidden) == "no", forbidden
+
+
+def replica_sets(plane: ControlPlane) -> list[dict]:
+    items = plane.get("rs", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=server")["items"]
+    return sorted(items, key=lambda rs: int(rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]))
+
+
+def policy_of(rs: dict) -> str:
+    args = rs["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args[args.index("--policy") + 1]
+
+
+def test_a_value_change_rolls_a_new_replica_set_and_keeps_the_admin_tokens(plane):
+    tokens = plane.get("secret", "-n", NAMESPACE, "dspark-admin-tokens")["data"]
+    assert "REVISION: 2" in deploy(plane, "HELM_FLAGS=--set settings.policy=lagged").stdout
+    old, new = replica_sets(plane)
+    assert (policy_of(old), policy_of(new)) == ("causal", "lagged")
+    assert new["status"].get("readyReplicas") == 2 and not old["spec"]["replicas"]
+    assert {p["metadata"]["ownerReferences"][0]["name"] for p in server_pods(plane)} == {new["metadata"]["name"]}
+    assert plane.get("secret", "-n", NAMESPACE, "dspark-admin-tokens")["data"] == tokens
+
+
+def test_rollback_returns_to_the_first_revisions_pods(plane):
+    subprocess.run(["helm", "rollback", RELEASE, "1", "-n", NAMESPACE, "--wait", "--timeout", "5m"], env=plane.env(),
+                   check=True, capture_output=True)
+    current = replica_sets(plane)[-1]
+    assert policy_of(current) == "causal" and current["status"].get("readyReplicas") == 2
+    eventually(lambda: {p["metadata"]["ownerReferences"][0]["name"] for p in server_pods(plane)}
+               == {current["metadata"]["name"]}, "the rolled-back pods never replaced the upgraded ones")
+
+
+def test_a_release_asking_for_more_gpus_than_exist_stays_pending_and_is_undone(plane):
+    greedy = subprocess.Popen(
+        ["make", "--no-print-directory", "deploy", f"NAMESPACE={NAMESPACE}", "RELEASE=greedy", f"VALUES={GPU_VALUES}",
+         "DEPLOY_TIMEOUT=40s", "HELM_FLAGS=--set gpu.count=16 --set replicaCount=1 --set router.enabled=false "
+         "--set hub.cache.existingClaim=dspark-hub-cache"],
+        cwd=REPO, env=plane.env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        pod = eventually(lambda: next(iter(server_pods(plane, "greedy")), None), "the greedy release made no pod")
+        name = pod["metadata"]["name"]
+
+        def unschedulable():
+            status = plane.get("pod", "-n", NAMESPACE, name)["status"]
+            return next((c for c in status.get("conditions", []) if c["type"] == "PodScheduled"
+                         and c.get("reason") == "Unschedulable"), None)
+        condition = eventually(unschedulable, "the scheduler never reported the pod unschedulable")
+        assert "Insufficient nvidia.com/gpu" in condition["message"]
+        assert plane.get("pod", "-n", NAMESPACE, name)["status"]["phase"] == "Pending"
+        out = greedy.communicate(timeout=300)[0]
+    finally:
+        if greedy.poll() is None:
+            greedy.kill()
+            greedy.wait()
+    assert greedy.returncode != 0 and "greedy" in out
+    # --rollback-on-failure on a first install: the release is uninstalled again
+    status = subprocess.run(["helm", "status", "greedy", "-n", NAMESPACE], env=plane.env(), capture_output=True)
+    assert status.returncode != 0
+
+
+def test_make_undeploy_removes_the_release_but_keeps_the_downloaded_models(plane):
+    result = make(plane, "undeploy")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert plane.get("deploy,svc,networkpolicy,role,sa", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=dspark")[
+        "items"] == []
+    eventually(lambda: server_pods(plane) == [], "the serving pods were never deleted")
+    assert plane.get("pvc", "-n", NAMESPACE, "dspark-hub-cache")["status"]["phase"] == "Bound"  # resource-policy keep
