@@ -4,14 +4,17 @@
       -> [true], or HTTP 400 {"object": "error", "message": "<what is wrong>", ...} (SGLang's error body) with
          nothing changed when the merged state is invalid
     POST /set_internal_state {"server_args": {"dspark": {"refit_sts": {"min_samples": 64}, "caller": "x"}}}
-      -> as below, with the STS temperatures refitted on the live calibration window (calibration.py)
+      -> as below, with the STS temperatures refitted on the live calibration window (refit.py; refit_sps:
+         the SPS table fitted to the measured round costs)
     POST /set_internal_state {"server_args": {"dspark": {"set": {...}, "expected_version": 3, "caller": "x"}}}
       -> [{"applied": true, "version": 4, "state": {...}}] per scheduler; HTTP 409 when version 3 is no longer
          current (the envelope forms, rollbacks and validate_only: runtime_state.py)
     GET /get_server_info -> internal_states[i]["dspark"] = the state, its version, gamma, last_rejection, the
                             kept history, the mean verify budget of the rounds since the last change, the
-                            counters since start (`totals`, for per-interval stats), and the measured
-                            per-round overhead the SPS policies add to the table (planner.RoundClock)
+                            counters since start (`totals`, for per-interval stats), the measured
+                            per-round overhead the SPS policies add to the table and how far the table
+                            is from the measured round times (`sps_fit`, round_cost.py), and the live
+                            calibration (`calibration`)
 
 Both go through SGLang's scheduler-side controller (`SchedulerInternalStateController`), which runs in
 the scheduler's own loop, so an update lands between rounds; under tensor parallelism TP rank 0 receives the
@@ -27,6 +30,7 @@ from __future__ import annotations
 from typing import Optional
 
 from dspark.integration import calibration, metrics, planner
+from dspark.integration.refit import current_table, with_refit
 from dspark.integration.runtime_state import VersionConflict, is_envelope
 from dspark.models.errors import ConfigError
 
@@ -88,18 +92,6 @@ async def _answer_400_with_reason(original, manager, obj):
     return [getattr(reply, "dspark", None) or reply.updated for reply in replies]
 
 
-def with_refit(value):
-    """`{"refit_sts": {"min_samples": N}, ...}` becomes a `set` of the STS temperatures fitted on the live window
-    (calibration.py); both the check and the apply see the same fit (nothing is observed between them)."""
-    if not (isinstance(value, dict) and "refit_sts" in value):
-        return value
-    options = value["refit_sts"]
-    if not isinstance(options, dict) or set(options) - {"min_samples"}:
-        raise ConfigError(f"refit_sts takes {{\"min_samples\": N}}, got {options!r}")
-    fitted = calibration.window.refit(int(options.get("min_samples", 1)))
-    return {**{k: v for k, v in value.items() if k != "refit_sts"}, "set": {"sts_temperatures": fitted}}
-
-
 def _apply(key: str, value) -> None:
     global _applied
     value = with_refit(value)
@@ -126,8 +118,15 @@ def _report(result, controller, state: dict) -> None:
                   "accepted_tokens": reporter.spec_total_num_accept_tokens + reporter.spec_num_accept_tokens,
                   "verify_forwards": reporter.spec_total_num_forward_ct + reporter.spec_num_forward_ct}
         state[KEY] = {**planner.store.report(), **planner.trace.report(), "totals": totals,
-                      "step_overhead_s": planner.clock.overhead(),
+                      "step_overhead_s": planner.clock.overhead(), "sps_fit": sps_fit(),
                       "calibration": calibration.window.report(planner.head_temperatures)}
+
+
+def sps_fit() -> dict:
+    """The live round-cost window against the table in use (round_cost.py)."""
+    table, costs = current_table(), planner.clock.costs
+    return {"samples": len(costs.samples),
+            "error_ratio": costs.error(table, planner.clock.overhead()) if table is not None else None}
 
 
 def install() -> None:

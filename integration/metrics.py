@@ -16,9 +16,12 @@ batch's tensor-parallel group reports, so a TP=8 server does not count every rou
     dspark_state_version                            the live settings' version
     dspark_state_last_change_timestamp_seconds      when it last changed (unix time)
     dspark_state_updates_total{result}              dspark updates: applied, validated, refused, conflict
-    dspark_sps_table_info{source,path}              1 for the SPS table in use (source: profiled | loaded)
+    dspark_sps_table_info{source,path}              1 for the SPS table in use (source: profiled | refit | loaded)
     dspark_sps_table_timestamp_seconds              when that table was written (its age: time() - this)
+    dspark_sps_table_error_ratio                    median |table time + overhead - measured round time| /
+                                                    measured, over the live round-cost window (round_cost.py)
     dspark_step_overhead_seconds                    per-round time beyond the profiled verify forward
+    dspark_probe_rounds_total                       rounds verified in full for calibration labels
     dspark_calibration_ece{position}                live per-position ECE of the survival a_k (calibration.py)
     dspark_calibration_survival_gap{position}       mean predicted a_k minus the realized survival rate
     dspark_calibration_window_samples               labelled request-rounds in the live window
@@ -81,6 +84,9 @@ def registry() -> dict:
                           ["source", "path"], multiprocess_mode="livemax"),
         "sps_time": Gauge("dspark_sps_table_timestamp_seconds", "when the SPS table in use was written",
                           multiprocess_mode="livemax"),
+        "sps_error": Gauge("dspark_sps_table_error_ratio", "median relative error of the planner's round time "
+                           "(SPS table plus overhead) against measured round times", multiprocess_mode="livemax"),
+        "probes": Counter("dspark_probe_rounds", "rounds verified in full for calibration labels"),
         "overhead": Gauge("dspark_step_overhead_seconds", "per-round time beyond the profiled verify forward",
                           multiprocess_mode="livemax"),
         "ece": Gauge("dspark_calibration_ece", "live per-position ECE of the predicted survival", ["position"],
@@ -104,13 +110,15 @@ def observe_counts(histogram, values: torch.Tensor) -> None:
     histogram._sum.inc(float(values.sum()))
 
 
-def observe_round(verify_lens: torch.Tensor, accepted: torch.Tensor) -> None:
+def observe_round(verify_lens: torch.Tensor, accepted: torch.Tensor, probe: bool) -> None:
     """One verified round: verify_lens [bs] long (host) drafts verified per request, accepted [bs] long (host)
-    drafts accepted, each <= its verify length."""
+    drafts accepted, each <= its verify length; probe: a calibration probe round."""
     if not enabled():
         return
     metrics = registry()
     metrics["rounds"].inc()
+    if probe:
+        metrics["probes"].inc()
     observe_counts(metrics["verify_length"], verify_lens)
     observe_counts(metrics["accepted_length"], accepted)
     observe_counts(metrics["verify_tokens"], (verify_lens + 1).sum().reshape(1))
@@ -137,8 +145,12 @@ def observe_state(version: int, changed_at: float, sps_table: Optional[str], cac
 
 
 def sps_source(path: str, cache: Path) -> str:
-    """profiled: measured by dspark (at engine start or by ProfileSps, under $DSPARK_CACHE/sps); else loaded."""
-    return "profiled" if Path(path).resolve().is_relative_to((cache / "sps").resolve()) else "loaded"
+    """refit: fitted to live round costs (refit.py, under $DSPARK_CACHE/sps/refit); profiled: measured by dspark
+    (at engine start or by ProfileSps, under $DSPARK_CACHE/sps); else loaded."""
+    where = Path(path).resolve()
+    if where.is_relative_to((cache / "sps" / "refit").resolve()):
+        return "refit"
+    return "profiled" if where.is_relative_to((cache / "sps").resolve()) else "loaded"
 
 
 def observe_update(result: str) -> None:
@@ -149,6 +161,11 @@ def observe_update(result: str) -> None:
 def observe_overhead(seconds: float) -> None:
     if enabled():
         registry()["overhead"].set(seconds)
+
+
+def observe_sps_error(ratio: Optional[float]) -> None:
+    if enabled() and ratio is not None:
+        registry()["sps_error"].set(ratio)
 
 
 def observe_calibration(report: dict) -> None:

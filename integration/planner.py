@@ -10,7 +10,7 @@ answer from one call of `dspark.kernels.allocate` per round instead:
     verify_lens = 1 + l_r (the anchor/bonus)    -> _schedule_verify_lens
 
 so SGLang's layout, ragged verify forward and acceptance run unchanged on our lengths. causal and lagged plan
-on the SPS table plus the round overhead measured online (`RoundClock`). `lagged` reads
+on the SPS table plus the round overhead measured online (round_cost.py `RoundClock`). `lagged` reads
 each request's confidences from its previous round, kept per request-pool row and invalidated when
 SGLang reuses the row for a new request (`req_to_token_pool.req_generation`). The planner also applies
 the state's STS temperatures to the confidence head when the state changes (null: those SGLang loaded).
@@ -25,13 +25,18 @@ the start of a loop iteration (sglang/srt/managers/scheduler_components/request_
 `SchedulerRequestReceiver.recv_requests` -> `_broadcast_reqs_across_ranks` -> `broadcast_pyobj`, then
 managers/scheduler.py `Scheduler.ingest_requests` -> `process_input_requests`), so every rank swaps it in at
 the same round boundary. The one rank-local input is the RoundClock's wall-clock overhead: each round, every
-rank plans on rank 0's (`agreed_overhead`, over the gloo group of the ranks that run the batch).
+rank plans on rank 0's (`agreed`, over the gloo group of the ranks that run the batch).
+
+Calibration probes: under a confidence policy, the share `probe_round_ratio` of the rounds (spread evenly,
+counted alike on every rank) is verified in full, as `fixed` under the same limits, so that the live
+calibration window (calibration.py) also holds the target's verdicts on drafts the allocator would have cut:
+labels from allocator-cut rounds alone only ever cover the confident prefixes.
 """
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections import deque
 from dataclasses import replace
 from typing import Optional
 
@@ -39,6 +44,8 @@ import torch
 import torch.distributed
 
 from dspark.integration import calibration, metrics
+from dspark.integration.round_cost import RoundClock
+from dspark.integration.round_sampler import RoundSampler
 from dspark.integration.runtime_state import RuntimeStateStore
 from dspark.kernels.sps import SpsTable
 from dspark.models.cache import cache_root
@@ -48,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 # The scheduler process's state (one DSpark worker per scheduler process); None until the planner exists.
 store: Optional[RuntimeStateStore] = None
+group: Optional[torch.distributed.ProcessGroup] = None  # the TP ranks that run this scheduler's batch (batch_group)
 head_temperatures: Optional[torch.Tensor] = None  # the STS temperatures the confidence head applies now
 
 
@@ -56,19 +64,21 @@ class PlannerTrace:
     API's per-interval stats are differences of these), for /get_server_info."""
 
     def __init__(self):
-        self.total = {"rounds": 0, "requests": 0, "drafts": 0}
+        self.total = {"rounds": 0, "requests": 0, "drafts": 0, "probe_rounds": 0}
         self.planned_ns: Optional[int] = None  # when the last round was planned (unix ns), for its span
         self.planner_s = 0.0  # how long planning it took
+        self.probe = False  # whether the last round was a calibration probe (verified in full)
         self.reset()
 
     def reset(self) -> None:
         self.rounds = self.requests = self.drafts = 0
 
-    def note(self, requests: int, drafts: int) -> None:
+    def note(self, requests: int, drafts: int, probe: bool) -> None:
         self.rounds += 1
         self.requests += requests
         self.drafts += drafts
-        for key, value in (("rounds", 1), ("requests", requests), ("drafts", drafts)):
+        self.probe = probe
+        for key, value in (("rounds", 1), ("requests", requests), ("drafts", drafts), ("probe_rounds", probe)):
             self.total[key] += value
 
     def report(self) -> dict:
@@ -81,40 +91,8 @@ class PlannerTrace:
 trace = PlannerTrace()
 
 
-class RoundClock:
-    """What a served round costs beyond the profiled verify forward, measured online.
-
-    The SPS table times the target's forward alone; a round in SGLang also drafts, samples and schedules
-    (on CPU that is most of it). At the start of each round planned with the table, the time since the
-    previous round's start minus the table's time for that round's verify batch is one sample of the
-    overhead. The estimate is the smallest of the last WINDOW samples: idle gaps and prefill batches
-    between decode rounds only ever add time, so the minimum errs towards verifying less. causal and
-    lagged plan on `SpsTable.with_overhead(estimate)`; it depends on earlier rounds only, so admission
-    stays causal (lossless).
-    """
-
-    WINDOW = 16
-
-    def __init__(self):
-        self.reset()
-
-    def reset(self) -> None:
-        self.samples: deque = deque(maxlen=self.WINDOW)
-        self.last: Optional[tuple[float, int]] = None  # (start time, verify tokens) of the previous round
-
-    def observe(self, now: float, table: SpsTable) -> None:
-        if self.last is not None:
-            then, tokens = self.last
-            self.samples.append(now - then - 1.0 / float(table.lookup(torch.tensor([tokens]))[0]))
-
-    def planned(self, now: float, verify_tokens: int) -> None:
-        self.last = (now, verify_tokens)
-
-    def overhead(self) -> float:
-        return max(0.0, min(self.samples)) if self.samples else 0.0
-
-
 clock = RoundClock()
+probes = RoundSampler()  # which rounds are calibration probes (the same rounds on every TP rank)
 
 
 def batch_group() -> Optional[torch.distributed.ProcessGroup]:
@@ -126,16 +104,17 @@ def batch_group() -> Optional[torch.distributed.ProcessGroup]:
     return group.cpu_group if group.world_size > 1 else None
 
 
-def agreed_overhead(local: float, group: Optional[torch.distributed.ProcessGroup]) -> float:
-    """Rank 0's overhead estimate on every rank of `group` (None: `local`).
+def agreed(local: list[float], group: Optional[torch.distributed.ProcessGroup]) -> list[float]:
+    """Rank 0's values on every rank of `group` (None: `local`): a wall-clock measurement every rank must plan on
+    alike (the round overhead; a table refit from round times).
 
-    A collective: every rank of the group calls it in the same round, which holds because they plan the same
-    batches under the same state."""
+    A collective: every rank of the group calls it at the same point, which holds because they plan the same
+    batches under the same state and take the same updates between the same rounds."""
     if group is None:
         return local
-    value = torch.tensor([local], dtype=torch.float64)
-    torch.distributed.broadcast(value, group=group, group_src=0)
-    return float(value)
+    values = torch.tensor(local, dtype=torch.float64)
+    torch.distributed.broadcast(values, group=group, group_src=0)
+    return values.tolist()
 
 
 def plan_lengths(policy: VerifyLengthPolicy, confidence: torch.Tensor, lagged: Optional[torch.Tensor],
@@ -145,18 +124,18 @@ def plan_lengths(policy: VerifyLengthPolicy, confidence: torch.Tensor, lagged: O
     overhead; `now` is the round's start (time.perf_counter())."""
     if policy.sps is not None:
         clock.observe(now, policy.sps)
-        policy = replace(policy, sps=policy.sps.with_overhead(agreed_overhead(clock.overhead(), group)))
+        policy = replace(policy, sps=policy.sps.with_overhead(agreed([clock.overhead()], group)[0]))
     lengths = policy.lengths(confidence, lagged, max_length)
     clock.planned(now, len(lengths) + int(lengths.sum()))
     return lengths
 
 
 def _init_store(result, planner, *args, **kwargs) -> None:
-    global store
+    global store, group
     from sglang.srt.runtime_context import get_spec
 
     store = RuntimeStateStore.from_environment(planner.gamma, get_spec().speculative_dspark_sps_table_path)
-    planner._dspark_group = batch_group()
+    group = batch_group()
     planner._dspark_history = {}  # request-pool row -> (generation, confidence [gamma]) of its last round
     planner._dspark_version = -1
     planner._dspark_sps_table = None  # the table the metrics last reported
@@ -211,12 +190,15 @@ def _resolve_budget(original, planner, *, draft_input, confidence, prefix_lens, 
     current = confidence.detach().float().to("cpu")
     requests, gamma = current.shape
     lagged = lagged_confidence(planner, req_pool_indices, current) if state.policy == "lagged" else None
+    probe = policy.needs_confidence and state.probe_round_ratio > 0 and probes.take(state.probe_round_ratio)
+    if probe:  # verify in full, so the calibration window also learns where the allocator would cut
+        policy = replace(policy, settings=replace(state, policy="fixed"))
     max_length = torch.full((requests,), gamma)  # the policy applies max_verify_length and the budget caps
     trace.planned_ns, began = time.time_ns(), time.perf_counter()
-    lengths = plan_lengths(policy, current, lagged, max_length, clock, planner._dspark_group, began)
+    lengths = plan_lengths(policy, current, lagged, max_length, clock, group, began)
     trace.planner_s = time.perf_counter() - began
     drafts = int(lengths.sum())
-    trace.note(requests, drafts)
+    trace.note(requests, drafts, probe)
     metrics.observe_overhead(clock.overhead())
     planner._dspark_verify_lens = (1 + lengths).to(device=planner.device, dtype=torch.int32)
     draft_input.verify_token_budget = drafts

@@ -3,7 +3,7 @@
 With tracing on (`dspark serve --otlp-endpoint`, which passes SGLang `--enable-trace`), SGLang installs a global
 OpenTelemetry TracerProvider in every process, the scheduler included; a round span uses it. A share
 `trace_round_ratio` of the rounds (a live setting, models/decoding/settings.py) is traced, spread evenly: round n
-is traced when floor((n + 1) * ratio) > floor(n * ratio). Only the first rank of each tensor-parallel group
+is traced when floor((n + 1) * ratio) > floor(n * ratio) (round_sampler.py). Only the first rank of each tensor-parallel group
 traces (the others run the same round).
 
     dspark.round   from planning to the end of verification; links to the root span of every request in the
@@ -14,26 +14,15 @@ traces (the others run the same round).
 """
 from __future__ import annotations
 
-import math
 import time
 from typing import Optional
 
 import torch
 
 from dspark.integration import metrics
+from dspark.integration.round_sampler import RoundSampler
 
 ROUND_SPAN = "dspark.round"
-
-
-class RoundSampler:
-    """Which rounds get a span: an even spread at the live ratio."""
-
-    def __init__(self):
-        self.rounds = 0
-
-    def take(self, ratio: float) -> bool:
-        self.rounds += 1
-        return math.floor(self.rounds * ratio) > math.floor((self.rounds - 1) * ratio)
 
 
 sampler = RoundSampler()

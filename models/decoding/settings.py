@@ -29,6 +29,12 @@ the policies and knows nothing of this module.
     sts_temperatures  gamma positive per-position STS temperatures of the confidence head (null: as loaded)
     trace_round_ratio the share of rounds the SGLang plugin traces as `dspark.round` spans (served only; needs
                       tracing on: `dspark serve --otlp-endpoint`)
+    probe_round_ratio the share of rounds the SGLang plugin verifies in full (`fixed` at max_verify_length) under
+                      a confidence policy, so that the live calibration window also gets labels where the
+                      allocator would cut (served only; integration/calibration.py)
+    auto_refit_ece    refit the STS temperatures on the live window by itself when a position's ECE exceeds
+                      this (null: never; served only)
+    auto_refit_min_samples  labelled request-rounds the window must hold before an automatic refit
 """
 from __future__ import annotations
 
@@ -98,6 +104,13 @@ class VerifySettings:
                                                             low_open=True, nullable=True, per_position=True)
     trace_round_ratio: float = setting(0.1, "share of speculative rounds traced as spans when the server "
                                        "traces (served only)", float, low=0, high=1)
+    probe_round_ratio: float = setting(0.02, "share of rounds verified in full to label the live calibration "
+                                       "window where the allocator would cut (served only)", float, low=0, high=1)
+    auto_refit_ece: Optional[float] = setting(None, "refit STS on live traffic when a position's ECE exceeds this "
+                                              "(null: never; served only)", float, low=0, high=1, low_open=True,
+                                              nullable=True)
+    auto_refit_min_samples: int = setting(512, "labelled request-rounds the live window must hold before an "
+                                          "automatic STS refit (served only)", int, low=1)
 
     def __post_init__(self) -> None:
         for f in fields(self):

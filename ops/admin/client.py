@@ -73,8 +73,9 @@ class AdminClient:
     def watch(self, interval_s: float = 1.0, timeout_s: Optional[float] = None) -> Iterator[pb.WatchEvent]:
         return self._call(self.stub.WatchState, pb.WatchStateRequest(interval_s=interval_s), timeout=timeout_s)
 
-    def profile_sps(self) -> pb.ProfileSpsResponse:
-        return self._call(self.stub.ProfileSps, pb.ProfileSpsRequest(), timeout=600.0)
+    def profile_sps(self, from_traffic: bool = False, min_samples: int = 0) -> pb.ProfileSpsResponse:
+        request = pb.ProfileSpsRequest(from_traffic=from_traffic, min_samples=min_samples)
+        return self._call(self.stub.ProfileSps, request, timeout=600.0)
 
     def calibrate(self, min_samples: int = 0, expected_version: Optional[int] = None) -> pb.CalibrateResponse:
         request = pb.CalibrateRequest(min_samples=min_samples)

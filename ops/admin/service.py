@@ -26,6 +26,7 @@ import grpc
 
 from dspark.integration.runtime_state import PREVIOUS, VersionConflict
 from dspark.kernels.sps import SpsTable
+from dspark.models.decoding.sps_profile import load_sps
 from dspark.models.errors import ConfigError
 from dspark.ops.admin.backend import ReplicaUnavailable, SGLangBackend
 from dspark.ops.admin.convert import message_to_settings, settings_to_message, state_message
@@ -36,6 +37,7 @@ from dspark.ops.admin.v1 import admin_pb2_grpc
 
 DEFAULT_WATCH_INTERVAL_S = 1.0
 DEFAULT_CALIBRATION_SAMPLES = 64
+DEFAULT_SPS_SAMPLES = 256
 
 
 def traced(handler):
@@ -116,16 +118,19 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     @traced
     def ProfileSps(self, request, context):
-        if self.profile is None:
+        if not request.from_traffic and self.profile is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this admin server has no SPS profiler")
-        measured: dict = {}
 
         def envelope(caller: Caller) -> dict:
-            measured["table"], measured["path"] = self.profile()
-            return {"set": {"sps_table": str(measured["path"])}, "caller": caller.name}
+            if request.from_traffic:  # the schedulers fit and write the table (integration/refit.py)
+                return {"refit_sps": {"min_samples": request.min_samples or DEFAULT_SPS_SAMPLES},
+                        "caller": caller.name}
+            _, path = self.profile()
+            return {"set": {"sps_table": str(path)}, "caller": caller.name}
         response = self.change(context, "ProfileSps", envelope)
-        table = measured["table"]
-        return pb.ProfileSpsResponse(state=response.state, sps_table=str(measured["path"]),
+        path = response.state.settings.sps_table
+        table = load_sps(path)
+        return pb.ProfileSpsResponse(state=response.state, sps_table=path,
                                      sample_batch_tokens=table.sample_batch_tokens,
                                      sample_steps_per_sec=table.sample_steps_per_sec)
 
@@ -204,7 +209,8 @@ def interval_stats(before: dict, after: dict, interval_s: float) -> pb.ServingSt
         goodput_tok_s=after.get("last_gen_throughput", 0.0), step_overhead_s=after.get("step_overhead_s", 0.0),
         state_version=after["version"], calibration_samples=after["calibration"]["samples"],
         ece_by_position=[nan_for_null(e) for e in after["calibration"]["ece"]],
-        survival_gap_by_position=[nan_for_null(g) for g in after["calibration"]["survival_gap"]])
+        survival_gap_by_position=[nan_for_null(g) for g in after["calibration"]["survival_gap"]],
+        probe_rounds=delta["probe_rounds"], sps_table_error_ratio=nan_for_null(after["sps_fit"]["error_ratio"]))
 
 
 def nan_for_null(value) -> float:

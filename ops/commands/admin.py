@@ -50,6 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         if action == "calibrate":
             sub.add_argument("--min-samples", type=int, default=0,
                              help="labelled request-rounds the live window must hold (default 64)")
+        if action == "profile-sps":
+            sub.add_argument("--from-traffic", action="store_true",
+                             help="fit the table to the round times measured on live traffic instead of profiling")
+            sub.add_argument("--min-samples", type=int, default=0,
+                             help="--from-traffic: measured rounds the live window must hold (default 256)")
         sub.set_defaults(func=run)
 
 
@@ -152,7 +157,10 @@ def run_watch(args, fleet) -> int:
                            "tau": round(s.tau, 3), "verify_budget": round(s.verify_budget_per_request, 3),
                            "drafts": s.drafts_verified, "goodput_tok_s": round(s.goodput_tok_s, 1),
                            "step_overhead_ms": round(1e3 * s.step_overhead_s, 2),
-                           "ece": [None if e != e else round(e, 3) for e in s.ece_by_position]}
+                           "ece": [None if e != e else round(e, 3) for e in s.ece_by_position],
+                           "probe_rounds": s.probe_rounds,
+                           "sps_error": None if s.sps_table_error_ratio != s.sps_table_error_ratio
+                           else round(s.sps_table_error_ratio, 3)}
                     rows.append(row)
                     print(json.dumps(row) if args.json else "  ".join(f"{k}={v}" for k, v in row.items()),
                           flush=True)
@@ -170,7 +178,7 @@ def run_watch(args, fleet) -> int:
 
 
 def run_profile_sps(args, fleet) -> int:
-    replies = in_parallel(fleet, lambda c: c.profile_sps())
+    replies = in_parallel(fleet, lambda c: c.profile_sps(args.from_traffic, args.min_samples))
     rows = [{"replica": c.address, **({"error": describe(r)} if isinstance(r, Exception) else
                                       {"version": r.state.version, "sps_table": r.sps_table,
                                        "probes": len(r.sample_batch_tokens)})}

@@ -23,7 +23,7 @@ import grpc
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from dspark.models.decoding.settings import POLICIES, THRESHOLD_ON, VerifySettings, names
+from dspark.models.decoding.settings import POLICIES, THRESHOLD_ON, VerifySettings, default_of, names
 from dspark.models.errors import ConfigError
 from dspark.ops.admin.client import AdminClient, Credentials
 from dspark.ops.admin.convert import message_to_settings, settings_to_message, update_mask
@@ -88,7 +88,8 @@ def reference():
 def admin(replica, tokens):
     client = replica.client(tokens["ops-admin"])
     client.update({"policy": "fixed", "threshold": None, "max_verify_length": None,  # each test starts here
-                   "trace_round_ratio": 1.0, "sts_temperatures": None})
+                   "trace_round_ratio": 1.0, "sts_temperatures": None, "auto_refit_ece": None,
+                   "probe_round_ratio": default_of("probe_round_ratio")})
     yield client
     client.close()
 
@@ -247,6 +248,9 @@ def random_update(rng: random.Random) -> tuple[dict, dict]:
         "sts_temperatures": lambda: rng.choice([None, [round(rng.uniform(-0.5, 3), 2)
                                                        for _ in range(rng.choice([1, GAMMA, GAMMA, 7]))]]),
         "trace_round_ratio": lambda: round(rng.uniform(-0.2, 1.2), 2),
+        "probe_round_ratio": lambda: round(rng.uniform(-0.2, 1.2), 2),
+        "auto_refit_ece": lambda: rng.choice([None, round(rng.uniform(-0.2, 1.2), 2)]),
+        "auto_refit_min_samples": lambda: rng.randint(-2, 4096),
     }
     patch = {name: values[name]() for name in rng.sample(names(), rng.randint(1, 4))}
     options = {"validate_only": rng.random() < 0.1, "expected_version": None}
@@ -340,6 +344,25 @@ def test_profile_sps_installs_a_freshly_measured_table_as_a_new_version(replica,
     assert admin.history().entries[-1].caller == "ops-admin"
 
 
+def test_profile_sps_from_traffic_fits_the_table_to_measured_round_times(replica, tokens, admin, reference):
+    before = admin.get()
+    old = json.loads(Path(before.settings.sps_table).read_text())
+    assert greedy(replica, PROMPTS) == [reference[p] for p in PROMPTS]
+    measured = dspark_info(replica)["sps_fit"]
+    assert measured["samples"] >= 16 and measured["error_ratio"] > 0
+    assert code_of(lambda: admin.profile_sps(from_traffic=True, min_samples=10**6)) == grpc.StatusCode.INVALID_ARGUMENT
+    reply = admin.profile_sps(from_traffic=True, min_samples=16)
+    assert reply.state.version == before.version + 1 and reply.state.settings.sps_table == reply.sps_table
+    assert Path(reply.sps_table).parent.name == "refit" and list(reply.sample_batch_tokens) == old["sample_batch_tokens"]
+    # measured whole rounds (tests/integration/test_round_cost.py checks the fit itself), not the profile again
+    assert list(reply.sample_steps_per_sec) != old["sample_steps_per_sec"] and min(reply.sample_steps_per_sec) > 0
+    assert admin.history().entries[-1].caller == "ops-admin"
+    assert greedy(replica, PROMPTS) == [reference[p] for p in PROMPTS]
+    print(f"SPS table error ratio: profiled {measured['error_ratio']:.3f} -> refit "
+          f"{dspark_info(replica)['sps_fit']['error_ratio']:.3f}")
+    assert admin.rollback().state.settings.sps_table == before.settings.sps_table
+
+
 def test_the_admin_cli_reads_watches_and_rolls_back(replica, tokens, admin, capsys):
     where = ["--replica", replica.admin_address]
     admin.update({"max_verify_length": 2})
@@ -378,6 +401,37 @@ def test_live_calibration_flags_wrong_temperatures_and_one_calibrate_fixes_them(
     print(f"live ECE by position: sharpened {wrong['ece']} -> refit {fixed['ece']}")
     assert sum(fixed["ece"]) < sum(wrong["ece"]) / 2
     assert list(admin.rollback().state.settings.sts_temperatures) == [0.25] * GAMMA  # undoable like any change
+
+
+def test_probe_rounds_verify_in_full_under_a_confidence_policy_and_label_every_position(replica, admin, reference):
+    admin.update({"policy": "causal", "probe_round_ratio": 1.0, "sts_temperatures": [0.5] * GAMMA})
+    before = dspark_info(replica)
+    assert greedy(replica, PROMPTS) == [reference[p] for p in PROMPTS]
+    after = dspark_info(replica)
+    rounds = after["totals"]["rounds"] - before["totals"]["rounds"]
+    assert rounds > 0 and after["totals"]["probe_rounds"] - before["totals"]["probe_rounds"] == rounds
+    assert after["mean_verify_budget"] == GAMMA  # every probe verifies every draft, whatever causal would cut
+    window = after["calibration"]
+    assert window["probe_samples"] == window["samples"] > 0 and window["labelled"] == [window["samples"]] * GAMMA
+    admin.update({"probe_round_ratio": 0.0})
+    middle = dspark_info(replica)
+    assert greedy(replica, PROMPTS) == [reference[p] for p in PROMPTS]
+    assert dspark_info(replica)["totals"]["probe_rounds"] == middle["totals"]["probe_rounds"]
+
+
+def test_auto_refit_fixes_wrong_temperatures_by_itself_once_switched_on(replica, admin, reference):
+    admin.update({"sts_temperatures": [0.25] * GAMMA})  # sharpened; auto-refit is off by default
+    assert greedy(replica, PROMPTS) == [reference[p] for p in PROMPTS]
+    assert admin.history().entries[-1].caller == "ops-admin"
+    start = admin.update({"auto_refit_ece": 0.1, "auto_refit_min_samples": 32}).state
+    refits = []
+    for _ in range(6):  # the check runs every rounds.GAUGES_EVERY rounds
+        assert greedy(replica, PROMPTS) == [reference[p] for p in PROMPTS]
+        refits = [e for e in admin.history().entries if e.version > start.version]
+        if refits:
+            break
+    assert refits and refits[0].caller == "auto-refit" and refits[0].action == "update"
+    assert list(refits[0].settings.sts_temperatures) != [0.25] * GAMMA
 
 
 def test_round_spans_arrive_with_their_attributes_and_links_to_request_spans(replica, admin, otlp, reference):

@@ -103,7 +103,7 @@ def dashboard_metric_names(path) -> set[str]:
 @pytest.mark.slow
 def test_every_dashboard_query_names_a_metric_the_server_exports(server):
     server.post("/generate", {"text": PROMPTS, "sampling_params": {"max_new_tokens": 24, "temperature": 0}})
-    exposition = scrape(server)  # by now more than rounds.CALIBRATION_EVERY rounds: the calibration gauges too
+    exposition = scrape(server)  # by now more than rounds.GAUGES_EVERY rounds: the calibration gauges too
     names = dashboard_metric_names(REPO / "helm" / "dspark" / "dashboards" / "dspark.json")
     assert {"dspark_accepted_tokens_total", "dspark_calibration_ece", "sglang:generation_tokens_total"} <= names
     missing = sorted(n for n in names if not re.search(rf"^{re.escape(n)}[{{ ]", exposition, re.MULTILINE))

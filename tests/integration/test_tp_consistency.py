@@ -47,7 +47,11 @@ def rank_main(rank: int, port: int, table_path: str, results) -> None:
         mine = {"local_lengths": planner.plan_lengths(policy, CONFIDENCE, None, max_length, alone, None, now).tolist(),
                 "overhead": alone.overhead(),
                 "agreed_lengths": planner.plan_lengths(policy, CONFIDENCE, None, max_length, together,
-                                                       dist.group.WORLD, now).tolist()}
+                                                       dist.group.WORLD, now).tolist(),
+                # an SPS table refit from each rank's own round times (integration/refit.py)
+                "local_refit": clock.costs.fit(TABLE, 1).sample_steps_per_sec,
+                "agreed_refit": planner.agreed(list(clock.costs.fit(TABLE, 1).sample_steps_per_sec),
+                                               dist.group.WORLD)}
         gathered = [None, None] if rank == 0 else None
         dist.gather_object(mine, gathered, dst=0)
         if rank == 0:
@@ -88,3 +92,6 @@ def test_ranks_with_different_round_times_plan_the_same_lengths(tmp_path):
     assert rank0["local_lengths"] == [1, 0] and rank1["local_lengths"] == [4, 4]
     # With it both plan on rank 0's overhead.
     assert rank0["agreed_lengths"] == rank1["agreed_lengths"] == rank0["local_lengths"]
+    # Tables refit from traffic differ per rank too; every rank installs rank 0's.
+    assert rank0["local_refit"] != rank1["local_refit"]
+    assert rank0["agreed_refit"] == rank1["agreed_refit"] == pytest.approx(list(rank0["local_refit"]))

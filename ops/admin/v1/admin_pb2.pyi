@@ -13,7 +13,7 @@ SETTING_RANGE_FIELD_NUMBER: _ClassVar[int]
 setting_range: _descriptor.FieldDescriptor
 
 class Settings(_message.Message):
-    __slots__ = ("policy", "threshold", "threshold_on", "min_verify_length", "max_verify_length", "budget_fraction", "max_batch_tokens", "sps_table", "sts_temperatures", "trace_round_ratio")
+    __slots__ = ("policy", "threshold", "threshold_on", "min_verify_length", "max_verify_length", "budget_fraction", "max_batch_tokens", "sps_table", "sts_temperatures", "trace_round_ratio", "probe_round_ratio", "auto_refit_ece", "auto_refit_min_samples")
     POLICY_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_ON_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,9 @@ class Settings(_message.Message):
     SPS_TABLE_FIELD_NUMBER: _ClassVar[int]
     STS_TEMPERATURES_FIELD_NUMBER: _ClassVar[int]
     TRACE_ROUND_RATIO_FIELD_NUMBER: _ClassVar[int]
+    PROBE_ROUND_RATIO_FIELD_NUMBER: _ClassVar[int]
+    AUTO_REFIT_ECE_FIELD_NUMBER: _ClassVar[int]
+    AUTO_REFIT_MIN_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     policy: str
     threshold: float
     threshold_on: str
@@ -34,7 +37,10 @@ class Settings(_message.Message):
     sps_table: str
     sts_temperatures: _containers.RepeatedScalarFieldContainer[float]
     trace_round_ratio: float
-    def __init__(self, policy: _Optional[str] = ..., threshold: _Optional[float] = ..., threshold_on: _Optional[str] = ..., min_verify_length: _Optional[int] = ..., max_verify_length: _Optional[int] = ..., budget_fraction: _Optional[float] = ..., max_batch_tokens: _Optional[int] = ..., sps_table: _Optional[str] = ..., sts_temperatures: _Optional[_Iterable[float]] = ..., trace_round_ratio: _Optional[float] = ...) -> None: ...
+    probe_round_ratio: float
+    auto_refit_ece: float
+    auto_refit_min_samples: int
+    def __init__(self, policy: _Optional[str] = ..., threshold: _Optional[float] = ..., threshold_on: _Optional[str] = ..., min_verify_length: _Optional[int] = ..., max_verify_length: _Optional[int] = ..., budget_fraction: _Optional[float] = ..., max_batch_tokens: _Optional[int] = ..., sps_table: _Optional[str] = ..., sts_temperatures: _Optional[_Iterable[float]] = ..., trace_round_ratio: _Optional[float] = ..., probe_round_ratio: _Optional[float] = ..., auto_refit_ece: _Optional[float] = ..., auto_refit_min_samples: _Optional[int] = ...) -> None: ...
 
 class State(_message.Message):
     __slots__ = ("settings", "version", "gamma", "last_rejection")
@@ -111,7 +117,7 @@ class WatchStateRequest(_message.Message):
     def __init__(self, interval_s: _Optional[float] = ...) -> None: ...
 
 class ServingStats(_message.Message):
-    __slots__ = ("interval_s", "rounds", "tau", "verify_budget_per_request", "drafts_verified", "goodput_tok_s", "step_overhead_s", "state_version", "ece_by_position", "survival_gap_by_position", "calibration_samples")
+    __slots__ = ("interval_s", "rounds", "tau", "verify_budget_per_request", "drafts_verified", "goodput_tok_s", "step_overhead_s", "state_version", "ece_by_position", "survival_gap_by_position", "calibration_samples", "probe_rounds", "sps_table_error_ratio")
     INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
     TAU_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +129,8 @@ class ServingStats(_message.Message):
     ECE_BY_POSITION_FIELD_NUMBER: _ClassVar[int]
     SURVIVAL_GAP_BY_POSITION_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    PROBE_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    SPS_TABLE_ERROR_RATIO_FIELD_NUMBER: _ClassVar[int]
     interval_s: float
     rounds: int
     tau: float
@@ -134,7 +142,9 @@ class ServingStats(_message.Message):
     ece_by_position: _containers.RepeatedScalarFieldContainer[float]
     survival_gap_by_position: _containers.RepeatedScalarFieldContainer[float]
     calibration_samples: int
-    def __init__(self, interval_s: _Optional[float] = ..., rounds: _Optional[int] = ..., tau: _Optional[float] = ..., verify_budget_per_request: _Optional[float] = ..., drafts_verified: _Optional[int] = ..., goodput_tok_s: _Optional[float] = ..., step_overhead_s: _Optional[float] = ..., state_version: _Optional[int] = ..., ece_by_position: _Optional[_Iterable[float]] = ..., survival_gap_by_position: _Optional[_Iterable[float]] = ..., calibration_samples: _Optional[int] = ...) -> None: ...
+    probe_rounds: int
+    sps_table_error_ratio: float
+    def __init__(self, interval_s: _Optional[float] = ..., rounds: _Optional[int] = ..., tau: _Optional[float] = ..., verify_budget_per_request: _Optional[float] = ..., drafts_verified: _Optional[int] = ..., goodput_tok_s: _Optional[float] = ..., step_overhead_s: _Optional[float] = ..., state_version: _Optional[int] = ..., ece_by_position: _Optional[_Iterable[float]] = ..., survival_gap_by_position: _Optional[_Iterable[float]] = ..., calibration_samples: _Optional[int] = ..., probe_rounds: _Optional[int] = ..., sps_table_error_ratio: _Optional[float] = ...) -> None: ...
 
 class WatchEvent(_message.Message):
     __slots__ = ("state", "stats")
@@ -145,8 +155,12 @@ class WatchEvent(_message.Message):
     def __init__(self, state: _Optional[_Union[State, _Mapping]] = ..., stats: _Optional[_Union[ServingStats, _Mapping]] = ...) -> None: ...
 
 class ProfileSpsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("from_traffic", "min_samples")
+    FROM_TRAFFIC_FIELD_NUMBER: _ClassVar[int]
+    MIN_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    from_traffic: bool
+    min_samples: int
+    def __init__(self, from_traffic: _Optional[bool] = ..., min_samples: _Optional[int] = ...) -> None: ...
 
 class ProfileSpsResponse(_message.Message):
     __slots__ = ("state", "sps_table", "sample_batch_tokens", "sample_steps_per_sec")

@@ -1,0 +1,102 @@
+"""Refits from live traffic, in the scheduler process: the confidence head's STS temperatures from the calibration
+window (calibration.py) and the SPS table from the measured round costs (round_cost.py).
+
+On request, as one more form of a dspark update (`/set_internal_state`, the admin plane's Calibrate and
+ProfileSps(from_traffic)), which becomes a `set` of the fitted values, so it is validated, versioned and
+undoable like any change:
+
+    {"refit_sts": {"min_samples": N}, "caller": ..., "expected_version": ...}   -> set sts_temperatures
+    {"refit_sps": {"min_samples": N}, ...}   -> set sps_table to the measured table, written under
+                                                $DSPARK_CACHE/sps/refit/ (named by its content)
+
+Automatically, when the live setting `auto_refit_ece` is set: every time the calibration gauges are computed
+(rounds.py), a window of at least `auto_refit_min_samples` rows in which some position with at least
+AUTO_REFIT_MIN_LABELLED labels has an ECE above `auto_refit_ece` refits the temperatures as caller "auto-refit".
+Installing new temperatures clears the window, so the next automatic refit needs as many fresh rows again.
+
+Under tensor parallelism every rank takes the same update between the same rounds: the STS fit reads the
+window, which holds the same replicated confidences and verdicts on every rank; the SPS fit reads wall-clock
+times, so every rank installs rank 0's (planner.agreed).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any, Optional
+
+from dspark.integration import calibration, metrics, planner
+from dspark.kernels.sps import SpsTable
+from dspark.models.decoding.settings import VerifySettings
+from dspark.models.cache import cache_root
+from dspark.models.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+REFITS = ("refit_sts", "refit_sps")
+AUTO_REFIT_CALLER = "auto-refit"
+AUTO_REFIT_MIN_LABELLED = 32
+
+
+def with_refit(value: Any) -> Any:
+    """A refit update becomes a `set` of what was fitted; anything else is returned as it is. Both the check and
+    the apply of one update call this and see the same fit (nothing is observed between them)."""
+    if not (isinstance(value, dict) and set(REFITS) & set(value)):
+        return value
+    kinds = [kind for kind in REFITS if kind in value]
+    if len(kinds) > 1 or "set" in value or "rollback_to" in value:
+        raise ConfigError(f"a dspark update takes one of {list(REFITS)}, set or rollback_to, got {sorted(value)}")
+    options = value[kinds[0]]
+    if not isinstance(options, dict) or set(options) - {"min_samples"}:
+        raise ConfigError(f"{kinds[0]} takes {{\"min_samples\": N}}, got {options!r}")
+    minimum = options.get("min_samples", 1)
+    if isinstance(minimum, bool) or not isinstance(minimum, int):
+        raise ConfigError(f"{kinds[0]}.min_samples must be an integer, got {minimum!r}")
+    fitted = ({"sts_temperatures": calibration.window.refit(minimum)} if kinds[0] == "refit_sts"
+              else {"sps_table": measured_table(minimum)})
+    return {**{k: v for k, v in value.items() if k != kinds[0]}, "set": fitted}
+
+
+def current_table() -> Optional[SpsTable]:
+    policy = planner.store.planner.policy if planner.store is not None else None
+    return policy.sps if policy is not None else None
+
+
+def measured_table(min_samples: int) -> str:
+    """The SPS table fitted to the measured round costs (rank 0's under TP), written as JSON; its path."""
+    table = current_table()
+    if table is None:
+        raise ConfigError("there is no SPS table to refit from traffic: install or profile one first "
+                          "(sps_table / ProfileSps)")
+    fitted = planner.clock.costs.fit(table, min_samples)
+    fitted = SpsTable(fitted.sample_batch_tokens, tuple(planner.agreed(list(fitted.sample_steps_per_sec),
+                                                                       planner.group)), fitted.max_batch_tokens)
+    text = json.dumps(fitted.to_json(), indent=1) + "\n"
+    path = cache_root() / "sps" / "refit" / f"sps-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return str(path)
+
+
+def maybe_auto_refit(report: dict, state: VerifySettings) -> bool:
+    """Refit the temperatures when the calibration `report` (LiveCalibration.report) crosses the state's
+    threshold (module docstring); whether it did."""
+    threshold = state.auto_refit_ece
+    if threshold is None or report["samples"] < state.auto_refit_min_samples:
+        return False
+    worst = max((ece for ece, labels in zip(report["ece"], report["labelled"])
+                 if ece is not None and labels >= AUTO_REFIT_MIN_LABELLED), default=0.0)
+    if worst <= threshold:
+        return False
+    try:
+        outcome = planner.store.update(with_refit({"refit_sts": {"min_samples": state.auto_refit_min_samples},
+                                                   "caller": AUTO_REFIT_CALLER}))
+    except ConfigError as err:  # a fit the state refuses: keep serving on the temperatures in effect
+        logger.warning("dspark auto-refit of the STS temperatures refused: %s", err)
+        metrics.observe_update("refused")
+        return False
+    logger.info("dspark auto-refit: ECE %.3f > %.3f on %d request-rounds; STS temperatures %s (version %d)",
+                worst, threshold, report["samples"], outcome["state"]["sts_temperatures"], outcome["version"])
+    metrics.observe_update("applied")
+    planner.trace.reset()
+    return True
