@@ -139,8 +139,11 @@ class Kubelet(threading.Thread):
                 self.next_ip += 1
                 conditions = [{"type": t, "status": "True", "lastTransitionTime": now()}
                               for t in ("Initialized", "ContainersReady", "Ready", "PodScheduled")]
+                containers = [{"name": c["name"], "image": c["image"], "imageID": "", "ready": True, "started": True,
+                               "restartCount": 0, "state": {"running": {"startedAt": now()}}}
+                              for c in pod["spec"]["containers"]]
                 status = {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "10.0.0.1",
-                          "startTime": now(), "conditions": conditions}
+                          "startTime": now(), "conditions": conditions, "containerStatuses": containers}
                 self.plane.kubectl("patch", "pod", meta["name"], *where, "--subresource=status", "--type=merge",
                                    "-p", json.dumps({"status": status}), check=False)
 

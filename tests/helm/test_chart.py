@@ -28,11 +28,14 @@ WRITABLE = {"/dev/shm", "/var/cache/dspark", "/home/dspark", "/tmp", "/models/hu
 
 
 def masked(text: str) -> str:
-    """The render with the generated admin tokens (random per render) replaced by a placeholder."""
+    """The render with the generated admin tokens (random per render) and the dashboard (its own file, checked
+    by test_the_dashboard_ships_with_the_chart) replaced by placeholders."""
     docs = list(yaml.safe_load_all(text))
     for doc in docs:
         if doc and doc["kind"] == "Secret" and doc["metadata"]["name"].endswith("-admin-tokens"):
             doc["data"] = {key: "<random>" for key in doc["data"]}
+        if doc and doc["kind"] == "ConfigMap" and doc["metadata"]["name"].endswith("-dashboard"):
+            doc["data"] = {"dspark.json": "<dashboards/dspark.json>"}
     return yaml.safe_dump_all([d for d in docs if d], sort_keys=False)
 
 
@@ -186,3 +189,54 @@ def test_the_dashboard_ships_with_the_chart(render):
     dashboard = find(render(), "ConfigMap", "-dashboard")
     assert dashboard["data"]["dspark.json"] == (CHART / "dashboards" / "dspark.json").read_text().rstrip("\n")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
+@pytest.mark.parametrize("source, flags, path, volume", [
+    ("hub", ["--set", "target.hubId=Qwen/Qwen3-8B", "--set", "target.revision=v1"], "/models/hub/Qwen/Qwen3-8B/v1",
+     {"name": "hub-cache", "persistentVolumeClaim": {"claimName": "dspark-hub-cache"}}),
+    ("pvc", ["--set", "target.claimName=models", "--set", "target.path=qwen3-8b"], "/models/target/qwen3-8b",
+     {"name": "target-model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}),
+    ("image", ["--set", "target.path=/opt/models/qwen"], "/opt/models/qwen", None),
+])
+def test_each_model_source_reaches_dspark_serve(render, source, flags, path, volume):
+    docs = render("--set", f"target.source={source}", *flags, "--set", "drafter.source=image",
+                  "--set", "drafter.path=/opt/drafter")
+    pod = find(docs, "Deployment")["spec"]["template"]["spec"]
+    args = serving_container(docs)["args"]
+    assert args[args.index("--target") + 1] == path and args[args.index("--drafter") + 1] == "/opt/drafter"
+    fetch = [c for c in pod.get("initContainers", []) if c["name"] == "fetch-target"]
+    assert [c["args"][:3] for c in fetch] == ([["Qwen/Qwen3-8B", "--revision", "v1"]] if source == "hub" else [])
+    model_volumes = [v for v in pod["volumes"] if v["name"] in ("hub-cache", "target-model")]
+    assert model_volumes == ([volume] if volume else [])
+
+
+def test_multi_node_tensor_parallelism_renders_a_leader_worker_set(render, helm):
+    lws_api = ("--api-versions", "leaderworkerset.x-k8s.io/v1/LeaderWorkerSet")
+    docs = render("--set", "lws.enabled=true", "--set", "lws.size=4", *lws_api)
+    assert not [d for d in docs if d["kind"] == "Deployment"]
+    group = find(docs, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    leader, worker = (group[t]["spec"]["containers"][0] for t in ("leaderTemplate", "workerTemplate"))
+    assert group["size"] == 4
+    for container in (leader, worker):
+        tail = container["args"][container["args"].index("--") + 1:]
+        assert tail[-6:] == ["--nnodes", "$(LWS_GROUP_SIZE)", "--node-rank", "$(LWS_WORKER_INDEX)",
+                             "--dist-init-addr", "$(LWS_LEADER_ADDRESS):5000"]
+    assert "--admin-port" in leader["args"] and "readinessProbe" in leader
+    assert "--admin-port" not in worker["args"] and "readinessProbe" not in worker
+    # workers are not API endpoints: the Services select the leaders only
+    assert group["workerTemplate"]["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"
+    missing = helm("template", "dspark", str(CHART), "--set", "lws.enabled=true", check=False)
+    assert missing.returncode != 0 and "needs the LeaderWorkerSet CRD" in missing.stderr
+
+
+def test_the_sps_job_profiles_the_target_where_the_servers_run_and_may_write_only_its_configmap(render):
+    docs = render("--set", "spsProfile.enabled=true", "--set", "scheduling.nodeSelector.pool=gpu")
+    job = find(docs, "Job")["spec"]["template"]["spec"]
+    profile = next(c for c in job["initContainers"] if c["name"] == "profile")
+    assert profile["command"] == ["dspark", "profile-sps"] and profile["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert job["nodeSelector"] == {"pool": "gpu"} and job["serviceAccountName"] == "dspark-sps-profile"
+    assert find(docs, "Role", "-sps-profile")["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["dspark-sps"], "verbs": ["patch"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]
+    pod = find(docs, "Deployment")["spec"]["template"]["spec"]
+    assert {"name": "sps", "configMap": {"name": "dspark-sps", "optional": True}} in pod["volumes"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import subprocess
+import sys
 import time
 
 import pytest
@@ -134,12 +135,39 @@ def policy_of(rs: dict) -> str:
 
 def test_a_value_change_rolls_a_new_replica_set_and_keeps_the_admin_tokens(plane):
     tokens = plane.get("secret", "-n", NAMESPACE, "dspark-admin-tokens")["data"]
-    assert "REVISION: 2" in deploy(plane, "HELM_FLAGS=--set settings.policy=lagged").stdout
+    assert "REVISION: 2" in deploy(plane, "HELM_FLAGS=--set settings.policy=lagged --set spsProfile.enabled=true").stdout
     old, new = replica_sets(plane)
     assert (policy_of(old), policy_of(new)) == ("causal", "lagged")
     assert new["status"].get("readyReplicas") == 2 and not old["spec"]["replicas"]
     assert {p["metadata"]["ownerReferences"][0]["name"] for p in server_pods(plane)} == {new["metadata"]["name"]}
     assert plane.get("secret", "-n", NAMESPACE, "dspark-admin-tokens")["data"] == tokens
+
+
+def test_the_sps_job_stores_its_table_with_only_its_own_rbac(plane, tmp_path):
+    """The Job's `store` container, run here as the Job's ServiceAccount against this API server (its pod
+    cannot run: no kubelet); the profile it stores is a stand-in file."""
+    job = plane.get("job", "-n", NAMESPACE, "dspark-sps-profile")
+    pod = eventually(lambda: plane.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=sps-profile")[
+        "items"], "the SPS Job started no pod")
+    assert pod[0]["spec"]["nodeName"] == GPU_NODE
+    (store,) = job["spec"]["template"]["spec"]["containers"]
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    secret = plane.get("secret", "-n", NAMESPACE, plane.get("sa", "-n", NAMESPACE, "dspark-sps-profile")["secrets"][0]["name"])
+    for key in ("namespace", "token"):
+        (account / key).write_bytes(base64.b64decode(secret["data"][key]))
+    (account / "ca.crt").write_text((plane.folder / "certs" / "apiserver.crt").read_text())
+    (tmp_path / "sps.json").write_text('{"sample_batch_tokens": [1, 8], "sample_steps_per_sec": [50.0, 40.0]}')
+    script = store["args"][0].replace("/var/run/secrets/kubernetes.io/serviceaccount", str(account)).replace(
+        "/var/cache/dspark/sps.json", str(tmp_path / "sps.json"))
+    env = {**plane.env(), "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(plane.port)}
+    for _ in range(2):  # creates, then replaces
+        out = subprocess.run([sys.executable, "-c", script], env=env, text=True, capture_output=True)
+        assert out.returncode == 0 and out.stdout.split() in (["dspark-sps", "200"], ["dspark-sps", "201"]), out.stderr
+    stored = plane.get("configmap", "-n", NAMESPACE, "dspark-sps")["data"]["sps.json"]
+    assert stored == (tmp_path / "sps.json").read_text()
+    served = plane.get("deploy", "-n", NAMESPACE, RELEASE)["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "sps", "configMap": {"name": "dspark-sps", "optional": True, "defaultMode": 420}} in served
 
 
 def test_rollback_returns_to_the_first_revisions_pods(plane):

@@ -56,10 +56,6 @@ app.kubernetes.io/component: router
 {{- .Values.hub.cache.existingClaim | default (printf "%s-hub-cache" (include "dspark.fullname" .)) -}}
 {{- end -}}
 
-{{- define "dspark.usesHub" -}}
-{{- if or (eq .Values.target.source "hub") (eq .Values.drafter.source "hub") }}true{{ end -}}
-{{- end -}}
-
 {{/* Where a model (dict: m = target/drafter values, role) is inside the container. */}}
 {{- define "dspark.modelPath" -}}
 {{- $m := .m -}}

@@ -14,32 +14,9 @@ terminationGracePeriodSeconds: {{ $v.scheduling.terminationGracePeriodSeconds }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- if include "dspark.usesHub" $root }}
+{{- with include "dspark.fetchContainers" (dict "root" $root "roles" (list "target" "drafter")) | trim }}
 initContainers:
-  {{- range $role := list "target" "drafter" }}
-  {{- $m := index $v $role }}
-  {{- if eq $m.source "hub" }}
-  - name: fetch-{{ $role }}
-    image: {{ include "dspark.image" $root }}
-    imagePullPolicy: {{ $v.image.pullPolicy }}
-    # huggingface_hub's CLI: resumes a partial download and skips files already in the cache
-    command: [hf, download]
-    args:
-      - {{ $m.hubId | quote }}
-      - --revision
-      - {{ $m.revision | quote }}
-      - --local-dir
-      - {{ include "dspark.modelPath" (dict "m" $m "role" $role) }}
-    env:
-      {{- include "dspark.hubEnv" $root | nindent 6 }}
-    securityContext:
-      {{- include "dspark.containerSecurityContext" $root | nindent 6 }}
-    volumeMounts:
-      - {name: hub-cache, mountPath: /models/hub}
-      - {name: home, mountPath: /home/dspark}
-      - {name: tmp, mountPath: /tmp}
-  {{- end }}
-  {{- end }}
+  {{- . | nindent 2 }}
 {{- end }}
 containers:
   - name: dspark
@@ -101,13 +78,11 @@ containers:
       - {name: cache, mountPath: /var/cache/dspark}
       - {name: home, mountPath: /home/dspark}
       - {name: tmp, mountPath: /tmp}
-      {{- if include "dspark.usesHub" $root }}
-      - {name: hub-cache, mountPath: /models/hub, readOnly: true}
+      {{- with include "dspark.modelMounts" (dict "root" $root "roles" (list "target" "drafter")) | trim }}
+      {{- . | nindent 6 }}
       {{- end }}
-      {{- range $role := list "target" "drafter" }}
-      {{- if eq (index $v $role).source "pvc" }}
-      - {name: {{ $role }}-model, mountPath: /models/{{ $role }}, readOnly: true}
-      {{- end }}
+      {{- if $v.spsProfile.enabled }}
+      - {name: sps, mountPath: /etc/dspark/sps, readOnly: true}
       {{- end }}
       {{- if and $v.admin.enabled (not .worker) }}
       - {name: admin-tokens, mountPath: /etc/dspark/admin-tokens, readOnly: true}
@@ -124,18 +99,8 @@ volumes:
   - {name: cache, emptyDir: {}}
   - {name: home, emptyDir: {}}
   - {name: tmp, emptyDir: {}}
-  {{- if include "dspark.usesHub" $root }}
-  - name: hub-cache
-    persistentVolumeClaim: {claimName: {{ include "dspark.hubCacheClaim" $root }}}
-  {{- end }}
-  {{- range $role := list "target" "drafter" }}
-  {{- $m := index $v $role }}
-  {{- if eq $m.source "pvc" }}
-  - name: {{ $role }}-model
-    persistentVolumeClaim:
-      claimName: {{ required (printf "%s.claimName is required when %s.source is pvc" $role $role) $m.claimName }}
-      readOnly: true
-  {{- end }}
+  {{- with include "dspark.modelVolumes" (dict "root" $root "roles" (list "target" "drafter")) | trim }}
+  {{- . | nindent 2 }}
   {{- end }}
   {{- if and $v.admin.enabled (not .worker) }}
   - name: admin-tokens
@@ -147,6 +112,11 @@ volumes:
     secret: {secretName: {{ $v.admin.tls.secretName }}, defaultMode: 0440}
   {{- end }}
   {{- end }}
+  {{- if $v.spsProfile.enabled }}
+  # the table the SPS Job profiled (job-sps-profile.yaml); optional: it appears once the Job has run
+  - name: sps
+    configMap: {name: {{ $fullname }}-sps, optional: true}
+  {{- end }}
 {{- end -}}
 
 {{/* Hugging Face downloads: the token (when given) and the cache's metadata beside the models. */}}
@@ -156,5 +126,69 @@ volumes:
 - name: HF_TOKEN
   valueFrom:
     secretKeyRef: {name: {{ .Values.hub.tokenSecret }}, key: {{ .Values.hub.tokenKey }}}
+{{- end }}
+{{- end -}}
+
+{{/* The models' hub downloads, mounts and volumes for the roles in .roles ("target", "drafter"): the serving
+     pod needs both models, the SPS Job only the target. */}}
+{{- define "dspark.hubRoles" -}}
+{{- range .roles }}{{ if eq (index $.root.Values .).source "hub" }}{{ . }} {{ end }}{{ end -}}
+{{- end -}}
+
+{{- define "dspark.fetchContainers" -}}
+{{- $root := .root -}}
+{{- $v := $root.Values -}}
+{{- range $role := .roles }}
+{{- $m := index $v $role }}
+{{- if eq $m.source "hub" }}
+- name: fetch-{{ $role }}
+  image: {{ include "dspark.image" $root }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  # huggingface_hub's CLI: resumes a partial download and skips files already in the cache
+  command: [hf, download]
+  args:
+    - {{ $m.hubId | quote }}
+    - --revision
+    - {{ $m.revision | quote }}
+    - --local-dir
+    - {{ include "dspark.modelPath" (dict "m" $m "role" $role) }}
+  env:
+    {{- include "dspark.hubEnv" $root | nindent 4 }}
+  securityContext:
+    {{- include "dspark.containerSecurityContext" $root | nindent 4 }}
+  volumeMounts:
+    - {name: hub-cache, mountPath: /models/hub}
+    - {name: home, mountPath: /home/dspark}
+    - {name: tmp, mountPath: /tmp}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "dspark.modelMounts" -}}
+{{- $v := .root.Values -}}
+{{- if include "dspark.hubRoles" . }}
+- {name: hub-cache, mountPath: /models/hub, readOnly: true}
+{{- end }}
+{{- range $role := .roles }}
+{{- if eq (index $v $role).source "pvc" }}
+- {name: {{ $role }}-model, mountPath: /models/{{ $role }}, readOnly: true}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "dspark.modelVolumes" -}}
+{{- $v := .root.Values -}}
+{{- if include "dspark.hubRoles" . }}
+- name: hub-cache
+  persistentVolumeClaim: {claimName: {{ include "dspark.hubCacheClaim" .root }}}
+{{- end }}
+{{- range $role := .roles }}
+{{- $m := index $v $role }}
+{{- if eq $m.source "pvc" }}
+- name: {{ $role }}-model
+  persistentVolumeClaim:
+    claimName: {{ required (printf "%s.claimName is required when %s.source is pvc" $role $role) $m.claimName }}
+    readOnly: true
+{{- end }}
 {{- end }}
 {{- end -}}
