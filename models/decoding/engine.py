@@ -9,7 +9,9 @@
               commit   the n drafts and the new token; the target keeps their KV, the drafter their features;
                        a request stops at EOS (even mid-block) or after max_new_tokens
 With no drafter every round verifies only the anchor: plain autoregressive decoding through the same code,
-which is the no-speculation baseline. With max_running, requests are continuously batched: a finished request
+which is the no-speculation baseline. With drafting="auto" a round drafts only while speculation measurably
+beats plain decoding (drafting_gate.py); a plain round's committed position joins the drafter's pending context,
+which the next drafting round consumes. With max_running, requests are continuously batched: a finished request
 leaves the batch and a waiting one is prefilled and joins it (Batch.keep / Batch.merge).
 
 RNG contract: every random draw (first token, drafts, acceptance, residual) uses the caller's generator.
@@ -24,6 +26,7 @@ import torch.nn.functional as F
 from dspark.kernels import warping
 from dspark.kernels.verification import Verdict, verify_greedy, verify_sampled
 from dspark.kernels.warping import GREEDY, SamplingParams
+from dspark.models.decoding.drafting_gate import DraftingGate
 from dspark.models.decoding.target import TargetRunner
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.drafters.base import DraftBlock, Drafter, DraftState
@@ -78,11 +81,14 @@ class Generation:
 
 class SpeculativeDecoder:
     def __init__(self, target: torch.nn.Module, drafter: Optional[Drafter] = None,
-                 policy: VerifyLengthPolicy = VerifyLengthPolicy.of("fixed"), sts_temperatures: Optional[torch.Tensor] = None):
+                 policy: VerifyLengthPolicy = VerifyLengthPolicy.of("fixed"), sts_temperatures: Optional[torch.Tensor] = None,
+                 drafting: str = "always"):
         if drafter is not None and policy.needs_confidence and not drafter.config.enable_confidence_head:
             raise ConfigError(f"the {policy.name} policy needs confidences; this {drafter.config.kind} drafter has "
                               "no confidence head: use policy fixed or mtp1 (--policy fixed)")
+        DraftingGate(drafting)  # validates the mode
         self.target, self.drafter, self.policy, self.sts_temperatures = target, drafter, policy, sts_temperatures
+        self.drafting = drafting
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], config: GenerationConfig,
@@ -119,7 +125,7 @@ class SpeculativeDecoder:
         admitted = time.perf_counter() - start
         for r in joined:
             results[r].admitted_s = admitted
-        new = Batch(joined, anchor, target)
+        new = Batch(joined, anchor, target, DraftingGate(self.drafting))
         if self.drafter is not None:
             new.state = self.drafter.init_state(len(joined), target.device)
             new.context = right_aligned(step.features, tokens, valid)
@@ -132,7 +138,8 @@ class SpeculativeDecoder:
     def round(self, batch: "Batch", results, config, generator, start, trace) -> Optional["Batch"]:
         """One draft -> allocate -> verify -> commit round; returns the batch without the requests it finished."""
         began = time.perf_counter()
-        block = self.draft(batch.state, batch.context, batch.anchor, config.sampling, generator)
+        drafting = self.drafter is not None and batch.gate.drafts(len(batch.rows))
+        block = self.draft(batch.state, batch.context, batch.anchor, config.sampling, generator) if drafting else None
         lengths, batch.lagged = self.verify_lengths(block, results, batch.rows, config, batch.lagged)
         drafted = time.perf_counter()
         width = int(lengths.max()) + 1
@@ -143,12 +150,15 @@ class SpeculativeDecoder:
         step = batch.target.forward(tokens, slots <= lengths.unsqueeze(1))
         verdict = accept(step.logits, block, draft_tokens, lengths, config.sampling, generator)
         batch.target.commit(slots <= verdict.accepted.unsqueeze(1))
-        batch.context = (step.features, tokens, verdict.accepted + 1) if batch.state is not None else None
+        if batch.state is not None:  # a drafting round consumed the pending context; a plain one adds to it
+            verified = (step.features, tokens, verdict.accepted + 1)
+            batch.context = verified if drafting else append_ragged(batch.context, verified)
         batch.anchor = verdict.next_token
+        committed = int(verdict.accepted.sum()) + len(batch.rows)
+        batch.gate.observe(drafting, time.perf_counter() - began, committed / len(batch.rows))
         if trace is not None:
-            trace.append(BatchRound(len(batch.rows), int(lengths.sum()) + len(batch.rows),
-                                    int(verdict.accepted.sum()) + len(batch.rows), drafted - began,
-                                    time.perf_counter() - drafted))
+            trace.append(BatchRound(len(batch.rows), int(lengths.sum()) + len(batch.rows), committed,
+                                    drafted - began, time.perf_counter() - drafted))
         return batch.keep(self.record(results, batch.rows, block, lengths, verdict, draft_tokens, config, start))
 
     def draft(self, state, context, anchor, sampling, generator) -> Optional[DraftBlock]:
@@ -210,8 +220,9 @@ class Batch:
     rows: List[int]
     anchor: torch.Tensor  # [bs] long, the last committed token (verified first next round)
     target: TargetRunner
+    gate: DraftingGate  # whether a round drafts
     state: Optional[DraftState] = None  # the drafter's cache
-    context: Optional[tuple] = None  # (features, tokens, lengths) of the last committed positions, for the drafter
+    context: Optional[tuple] = None  # (features, tokens, lengths) of the committed positions the drafter has not seen
     lagged: Optional[torch.Tensor] = None  # [bs, gamma] last round's confidences (lagged policy)
 
     def keep(self, keep: List[int]) -> Optional["Batch"]:
@@ -247,6 +258,20 @@ def cat_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     width = max(a.shape[1], b.shape[1])
     pad = lambda t: F.pad(t, [0, 0] * (t.dim() - 2) + [0, width - t.shape[1]])  # noqa: E731
     return torch.cat([pad(a), pad(b)])
+
+
+def append_ragged(first: tuple, second: tuple) -> tuple:
+    """Two right-padded (features [bs, n, H], tokens [bs, n], lengths [bs]) contexts as one: each row's valid
+    positions of `second` right after its valid positions of `first`."""
+    (features_a, tokens_a, lengths_a), (features_b, tokens_b, lengths_b) = first, second
+    lengths = lengths_a + lengths_b
+    slots = torch.arange(int(lengths.max()), device=lengths.device).unsqueeze(0)
+    from_a = slots < lengths_a.unsqueeze(1)
+    index_a = slots.clamp(max=tokens_a.shape[1] - 1).expand(len(lengths), -1)
+    index_b = (slots - lengths_a.unsqueeze(1)).clamp(0, tokens_b.shape[1] - 1)
+    rows = lambda t, i: t.gather(1, i.unsqueeze(2).expand(-1, -1, t.shape[2]))  # noqa: E731
+    features = torch.where(from_a.unsqueeze(2), rows(features_a, index_a), rows(features_b, index_b))
+    return features, torch.where(from_a, tokens_a.gather(1, index_a), tokens_b.gather(1, index_b)), lengths
 
 
 def accept(target_logits: torch.Tensor, block: Optional[DraftBlock], draft_tokens: torch.Tensor,

@@ -36,7 +36,7 @@ from dspark.models.evaluation.acceptance import acceptance_summary  # noqa: E402
 from dspark.models.evaluation.datasets import encode_chat, load_prompts  # noqa: E402
 from dspark.models.evaluation.plots import plot_acceptance, save  # noqa: E402
 from dspark.models.evaluation.run import EvalSettings, decode_all, evaluate  # noqa: E402
-from dspark.ops.commands.decoding_args import startup_sps  # noqa: E402
+from dspark.ops.commands.decoding_args import add_drafting_arg, startup_sps  # noqa: E402
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--speed-prompts", type=int, default=8)
     parser.add_argument("--speed-tokens", type=int, default=64)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    add_drafting_arg(parser)  # the speed runs; tau is measured drafting every round
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, required=True)
@@ -116,10 +117,11 @@ def speed_phase(target, drafters: dict, encoded: dict, args) -> dict:
     results = {}
     for batch_size in args.batch_sizes:
         settings = EvalSettings(args.speed_tokens, GREEDY, batch_size, args.seed, baseline=False)
-        runs = {"none": SpeculativeDecoder(target.model)} | {k: SpeculativeDecoder(target.model, d)
+        runs = {"none": SpeculativeDecoder(target.model)} | {k: SpeculativeDecoder(target.model, d,
+                                                                                   drafting=args.drafting)
                                                               for k, d in drafters.items()}
-        runs |= {f"{k}+causal": SpeculativeDecoder(target.model, d, VerifyLengthPolicy.of("causal", sps=sps))
-                 for k, d in aware.items()}
+        runs |= {f"{k}+causal": SpeculativeDecoder(target.model, d, VerifyLengthPolicy.of("causal", sps=sps),
+                                                   drafting=args.drafting) for k, d in aware.items()}
         row, reference = {}, None
         for kind, decoder in runs.items():
             generations, wall = decode_all(decoder, mixed, settings, target.eos_token_ids, f"speed bs{batch_size} {kind}")

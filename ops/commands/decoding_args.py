@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from dspark.kernels.warping import SamplingParams
+from dspark.models.decoding.drafting_gate import DEFAULT_DRAFTING, DRAFTING_MODES
 from dspark.models.decoding.loading import Target, load_drafter_for, load_target
 from dspark.models.decoding.settings import SPS_POLICIES
 from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sps
@@ -44,6 +45,13 @@ def add_verify_args(parser: argparse.ArgumentParser) -> None:
     add_settings_args(parser)
     parser.add_argument("--sts", type=Path, default=None,
                         help="STS calibration JSON from `dspark calibrate` (--sts-temperatures overrides it)")
+
+
+def add_drafting_arg(parser: argparse.ArgumentParser) -> None:
+    """--drafting (models/decoding/drafting_gate.py): auto skips drafting while it does not pay."""
+    parser.add_argument("--drafting", choices=DRAFTING_MODES, default=DEFAULT_DRAFTING,
+                        help="auto: draft only while speculation beats plain decoding (measured online); always: "
+                             f"draft every round (default: {DEFAULT_DRAFTING})")
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -23,7 +24,8 @@ from dspark.models.errors import ConfigError
 from dspark.models.evaluation.acceptance import acceptance_summary
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_acceptance
-from dspark.ops.commands.decoding_args import add_model_args, add_verify_args, load_models, verify_policy
+from dspark.ops.commands.decoding_args import (add_drafting_arg, add_model_args, add_verify_args, load_models,
+                                               verify_policy)
 
 DEMO_PROMPTS = (
     "A bakery sells muffins for $3 each and cookies for $1.50 each. Sam buys 4 muffins and 6 cookies. "
@@ -42,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--out", type=Path, default=Path("out/demo"))
     add_verify_args(parser)
+    add_drafting_arg(parser)
     parser.set_defaults(func=run)
 
 
@@ -53,13 +56,17 @@ def run(args: argparse.Namespace) -> int:
     config = GenerationConfig(args.max_new_tokens, GREEDY, target.eos_token_ids)
     policy, sts = verify_policy(args, drafter, target.model)
     decoders = {"target alone": SpeculativeDecoder(target.model),
-                "speculative": SpeculativeDecoder(target.model, drafter, policy, sts)}
+                "speculative": SpeculativeDecoder(target.model, drafter, policy, sts, args.drafting)}
     walls = {name: 0.0 for name in decoders}
     records, generations = [], []
-    for text in texts:
-        prompt = encode_chat(target.tokenizer, text)
+    prompts = [encode_chat(target.tokenizer, text) for text in texts]
+    for decoder in decoders.values():  # warm-up: first-call allocations and thread pools are not timed
+        decoder.generate(prompts[:1], GenerationConfig(8, GREEDY, target.eos_token_ids))
+    for index, (text, prompt) in enumerate(zip(texts, prompts)):
         outputs = {}
-        for name, decoder in decoders.items():
+        order = list(decoders) if index % 2 == 0 else list(reversed(decoders))  # neither path always runs first
+        for name in order:
+            decoder = decoders[name]
             begin = time.perf_counter()
             outputs[name] = decoder.generate([prompt], config)[0]
             walls[name] += time.perf_counter() - begin
@@ -81,10 +88,14 @@ def run(args: argparse.Namespace) -> int:
           f"{speedup:.2f}x faster on {torch.get_num_threads()} CPU thread(s)")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "demo.json").write_text(json.dumps({
-        "target": str(args.target), "drafter": str(args.drafter), "policy": policy.name, "tokens_per_s": speed,
+        "target": str(args.target), "drafter": str(args.drafter), "policy": policy.name, "drafting": args.drafting, "tokens_per_s": speed,
         "speedup": speedup,
         "acceptance": summary, "answers": records}, indent=1) + "\n")
     plot = plot_acceptance({drafter.config.kind: summary}, args.out / "acceptance_by_position.png",
                            f"{drafter.config.kind} on {args.target.name}: acceptance by position")
     print(f"plots: {plot}; details: {args.out / 'demo.json'}")
+    differing = [r["prompt"] for r in records if not r["identical_to_target"]]
+    if differing:
+        print(f"error: {len(differing)} answer(s) differ from the target alone's: {differing}", file=sys.stderr)
+        return 1
     return 0

@@ -8,6 +8,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from dspark.models.checkpoint import save_drafter
 from dspark.models.drafters import DSpark, DrafterConfig
 from dspark.ops.cli import main
+from dspark.ops.commands import demo
 from tests.paths import EMBEDDED, EMBEDDED_TARGET
 
 MODELS = ["--target", str(EMBEDDED_TARGET), "--threads", "1"]
@@ -136,8 +137,24 @@ def test_demo_answers_identically_and_reports_speedup(prompts_file, tmp_path, ca
     assert len(report["answers"]) == len(PROMPTS) and all(a["identical_to_target"] for a in report["answers"])
     assert report["speedup"] > 0 and (tmp_path / "acceptance_by_position.png").exists()
     assert report["policy"] == "causal"  # verification lengths from the allocator on the SPS curve profiled at start
+    assert report["drafting"] == "auto"  # never slower than the target alone (drafting_gate.py)
     printed = capsys.readouterr().out
     assert "faster on 1 CPU thread(s)" in printed and "profiling the target's verify cost" in printed
+
+
+def test_demo_fails_when_an_answer_differs_from_the_targets(prompts_file, tmp_path, capsys, monkeypatch):
+    class Corrupted(demo.SpeculativeDecoder):  # a speculative path that gets the last token wrong
+        def generate(self, *args, **kwargs):
+            outputs = super().generate(*args, **kwargs)
+            if self.drafter is not None:
+                for output in outputs:
+                    output.token_ids[-1] += 1
+            return outputs
+
+    monkeypatch.setattr(demo, "SpeculativeDecoder", Corrupted)
+    assert main(["demo", *MODELS, "--drafter", str(EMBEDDED / "dspark"), "--prompts-file", str(prompts_file),
+                 "--max-new-tokens", "6", "--out", str(tmp_path)]) == 1
+    assert f"{len(PROMPTS)} answer(s) differ from the target alone's" in capsys.readouterr().err
 
 
 def test_bench_writes_tables_json_and_plots(prompts_file, tmp_path):

@@ -1,0 +1,103 @@
+"""Drafting switched off when it cannot pay (drafting_gate.py): the gate's choices, and decoding that stays
+lossless, with the drafter's pending context carried across plain rounds, whatever the gate decides."""
+import itertools
+
+import pytest
+import torch
+
+from dspark.kernels.warping import SamplingParams
+from dspark.models.decoding import drafting_gate
+from dspark.models.decoding.drafting_gate import REPROBE_EVERY, DraftingGate
+from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder, append_ragged
+from dspark.models.decoding.verify_length import VerifyLengthPolicy
+from dspark.models.errors import ConfigError
+from tests.models.decoding.conftest import KINDS
+from tests.models.decoding.test_engine_greedy import MAX_NEW, references  # noqa: F401  (the fixture)
+from tests.models.decoding.test_engine_sampling import (LENGTH, P_MIN, SAMPLES, same_distribution_pvalue,
+                                                        target_samples)
+
+PATTERN = (False, False, True, False, True, True, False)  # plain, plain, draft, ...: scripted, not timed
+
+
+def choices(gate: DraftingGate, rounds: int, spec=(0.10, 2.0), plain=(0.04, 1.0), batch_size=1) -> list[bool]:
+    """The gate's decisions over `rounds` rounds whose (seconds, tokens per request) are fixed by kind."""
+    made = []
+    for _ in range(rounds):
+        drafted = gate.drafts(batch_size)
+        gate.observe(drafted, *(spec if drafted else plain))
+        made.append(drafted)
+    return made
+
+
+def test_the_gate_explores_both_then_drafts_only_while_speculation_is_faster():
+    # 2 tokens / 100 ms = 20 tok/s against 1 token / 40 ms = 25 tok/s: plain wins, re-probed every REPROBE_EVERY
+    made = choices(DraftingGate("auto"), 2 + 3 * REPROBE_EVERY)
+    assert made[:2] == [True, False]
+    assert made[2:] == ([False] * (REPROBE_EVERY - 1) + [True]) * 3
+    # 4 tokens / 100 ms = 40 tok/s: drafting wins, and plain decoding is re-measured as often
+    made = choices(DraftingGate("auto"), 2 + REPROBE_EVERY, spec=(0.10, 4.0))
+    assert made[2:] == [True] * (REPROBE_EVERY - 1) + [False]
+    assert all(choices(DraftingGate("always"), 20))
+
+
+def test_a_new_batch_size_is_measured_afresh():
+    gate = DraftingGate("auto")
+    choices(gate, 5)
+    assert choices(gate, 2, batch_size=8) == [True, False]
+
+
+def test_an_unknown_mode_is_refused_by_name(embedded_target):
+    with pytest.raises(ConfigError, match="drafting must be one of auto|always, got 'sometimes'"):
+        SpeculativeDecoder(embedded_target, drafting="sometimes")
+
+
+def test_append_ragged_puts_each_rows_new_positions_right_after_its_old_ones():
+    first = (torch.arange(6.).reshape(2, 3, 1), torch.tensor([[1, 2, 0], [4, 5, 6]]), torch.tensor([2, 3]))
+    second = (torch.tensor([[[10.], [11.]], [[12.], [13.]]]), torch.tensor([[7, 8], [9, 0]]), torch.tensor([2, 1]))
+    features, tokens, lengths = append_ragged(first, second)
+    assert lengths.tolist() == [4, 4]
+    assert tokens.tolist() == [[1, 2, 7, 8], [4, 5, 6, 9]]
+    assert features.squeeze(2).tolist() == [[0., 1., 10., 11.], [3., 4., 5., 12.]]
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """Drafting decided by a pattern instead of wall-clock time (default PATTERN)."""
+    def script(pattern=PATTERN):
+        rounds = itertools.cycle(pattern)
+        monkeypatch.setattr(drafting_gate.DraftingGate, "drafts", lambda self, batch_size: next(rounds))
+    return script
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("max_running", [1, 3])
+def test_greedy_stays_identical_with_drafting_switched_on_and_off(kind, max_running, scripted, embedded_target,
+                                                                   embedded_drafters, prompts, references):  # noqa: F811
+    scripted()
+    decoder = SpeculativeDecoder(embedded_target, embedded_drafters[kind], drafting="auto")
+    outputs = decoder.generate(prompts, GenerationConfig(max_new_tokens=MAX_NEW), max_running=max_running)
+    assert [g.token_ids for g in outputs] == references
+    rounds = [r for g in outputs for r in g.rounds]
+    plain = [r for r in rounds if r.confidence_logits is None and r.verify_len == 0]
+    assert plain and all(r.emitted == 1 for r in plain)
+    # the drafter still lands drafts after catching up on the positions it skipped
+    assert max(r.accepted for r in rounds) >= 2
+
+
+def test_sampling_keeps_the_targets_distribution_with_drafting_switched_on_and_off(scripted, embedded_target,
+                                                                                  embedded_drafters, prompts):
+    scripted((False, True))  # a plain round, then a draft on the context it left pending
+    params, prompt = SamplingParams(1.0), prompts[1]
+    reference = target_samples(embedded_target, prompt, params, seed=1)
+    decoder = SpeculativeDecoder(embedded_target, embedded_drafters["dspark"], VerifyLengthPolicy.of("fixed"),
+                                 drafting="auto")
+    generator, outputs = torch.Generator().manual_seed(2), []
+    for _ in range(SAMPLES // 1000):
+        # two tokens more, so that the drafting round has budget left to verify drafts in
+        outputs += decoder.generate([prompt] * 1000, GenerationConfig(max_new_tokens=LENGTH + 2, sampling=params),
+                                    generator)
+    speculative = torch.tensor([g.token_ids[:LENGTH] for g in outputs])
+    assert all([r.verify_len == 0 for r in g.rounds[:1]] == [True] for g in outputs)
+    assert sum(r.accepted for g in outputs for r in g.rounds) > SAMPLES // 10
+    for position in range(LENGTH):
+        assert same_distribution_pvalue(reference[:, position], speculative[:, position]) > P_MIN, position
