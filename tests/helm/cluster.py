@@ -108,7 +108,8 @@ class ControlPlane:
         status = {"capacity": capacity, "allocatable": capacity,
                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                                   "lastHeartbeatTime": now(), "lastTransitionTime": now()}]}
-        self.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
+        self.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p",
+                     json.dumps({"status": status}))
         self.kubectl("patch", "node", name, "--type=merge", "-p", json.dumps({"spec": {"taints": taints or None}}))
 
 

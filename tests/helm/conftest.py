@@ -1,6 +1,6 @@
 """The chart's tests use the real toolchain of scripts/setup_k8s_tools.sh (helm v4.1.4, kubectl, and a
 kube-apiserver v1.20.2 built from Debian's source), installed once under $DSPARK_CACHE/k8s; `make test` runs
-the script first, and the fixture runs it again (a no-op then) so that `pytest tests/helm` alone works too."""
+the script first, and the fixtures run it again (a no-op then) so that `pytest tests/helm` alone works too."""
 from __future__ import annotations
 
 import subprocess
@@ -9,17 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.paths import REPO
-
-CHART = REPO / "helm" / "dspark"
-EXAMPLES = sorted((CHART / "examples").glob("*.yaml"))
-
-
-def setup_k8s_tools(*flags: str) -> Path:
-    """The toolchain's bin folder (scripts/setup_k8s_tools.sh; --clients: helm and kubectl only)."""
-    out = subprocess.run(["bash", str(REPO / "scripts" / "setup_k8s_tools.sh"), *flags], check=True, text=True,
-                         stdout=subprocess.PIPE)
-    return Path(out.stdout.strip().splitlines()[-1])
+from tests.helm.chart_tools import CHART, setup_k8s_tools
 
 
 @pytest.fixture(scope="session")
@@ -41,8 +31,3 @@ def render(helm):
         out = helm("template", "dspark", str(CHART), "--namespace", "dspark", *flags).stdout
         return [doc for doc in yaml.safe_load_all(out) if doc]
     return run
-
-
-def find(docs: list[dict], kind: str, suffix: str = "") -> dict:
-    (doc,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix)]
-    return doc

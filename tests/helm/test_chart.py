@@ -14,7 +14,7 @@ import sys
 import pytest
 import yaml
 
-from tests.helm.conftest import CHART, EXAMPLES, find
+from tests.helm.chart_tools import CHART, EXAMPLES, find
 from tests.paths import REPO
 
 GOLDEN = REPO / "tests" / "helm" / "golden"

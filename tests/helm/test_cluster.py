@@ -16,7 +16,7 @@ import pytest
 from dspark.ops.admin import discovery
 
 from tests.helm.cluster import ControlPlane, Kubelet, pod_ready
-from tests.helm.conftest import CHART, setup_k8s_tools
+from tests.helm.chart_tools import CHART, setup_k8s_tools
 from tests.paths import REPO
 
 pytestmark = pytest.mark.slow
@@ -98,12 +98,16 @@ def test_capability_guards_leave_out_what_the_cluster_does_not_serve(plane):
     assert {"PodDisruptionBudget", "ServiceMonitor"}.isdisjoint(kinds)
 
 
+def account_secret(plane: ControlPlane, account: str) -> dict:
+    """The data of a ServiceAccount's token Secret (1.20's token controller creates it)."""
+    secrets = eventually(lambda: plane.get("sa", "-n", NAMESPACE, account).get("secrets"),
+                         f"no token Secret for the ServiceAccount {account}")
+    return plane.get("secret", "-n", NAMESPACE, secrets[0]["name"])["data"]
+
+
 def admin_client_kubeconfig(plane: ControlPlane):
-    """A kubeconfig holding the token of the chart's admin-client ServiceAccount (from its token Secret)."""
-    account = eventually(lambda: plane.get("sa", "-n", NAMESPACE, "dspark-admin-client").get("secrets"),
-                         "no token Secret for the admin-client ServiceAccount")
-    secret = plane.get("secret", "-n", NAMESPACE, account[0]["name"])
-    token = base64.b64decode(secret["data"]["token"]).decode()
+    """A kubeconfig holding the token of the chart's admin-client ServiceAccount."""
+    token = base64.b64decode(account_secret(plane, "dspark-admin-client")["token"]).decode()
     return plane.write_kubeconfig(plane.folder / "admin-client.kubeconfig", token, NAMESPACE)
 
 
@@ -119,7 +123,8 @@ def test_the_admin_cli_discovers_the_replicas_with_only_the_charts_rbac(plane):
                                         check=False).stdout.strip()
     assert can_i("list", "endpointslices.discovery.k8s.io") == "yes"
     assert can_i("get", "endpoints/dspark-replicas") == "yes"
-    for forbidden in (("get", "endpoints/other"), ("list", "pods"), ("get", "secrets"), ("watch", "endpointslices.discovery.k8s.io")):
+    for forbidden in (("get", "endpoints/other"), ("list", "pods"), ("get", "secrets"),
+                      ("watch", "endpointslices.discovery.k8s.io")):
         assert can_i(*forbidden) == "no", forbidden
 
 
@@ -135,7 +140,8 @@ def policy_of(rs: dict) -> str:
 
 def test_a_value_change_rolls_a_new_replica_set_and_keeps_the_admin_tokens(plane):
     tokens = plane.get("secret", "-n", NAMESPACE, "dspark-admin-tokens")["data"]
-    assert "REVISION: 2" in deploy(plane, "HELM_FLAGS=--set settings.policy=lagged --set spsProfile.enabled=true").stdout
+    upgrade = deploy(plane, "HELM_FLAGS=--set settings.policy=lagged --set spsProfile.enabled=true")
+    assert "REVISION: 2" in upgrade.stdout
     old, new = replica_sets(plane)
     assert (policy_of(old), policy_of(new)) == ("causal", "lagged")
     assert new["status"].get("readyReplicas") == 2 and not old["spec"]["replicas"]
@@ -151,11 +157,11 @@ def test_the_sps_job_stores_its_table_with_only_its_own_rbac(plane, tmp_path):
         "items"], "the SPS Job started no pod")
     assert pod[0]["spec"]["nodeName"] == GPU_NODE
     (store,) = job["spec"]["template"]["spec"]["containers"]
-    account = tmp_path / "serviceaccount"
+    account = tmp_path / "serviceaccount"  # what the pod would have mounted
     account.mkdir()
-    secret = plane.get("secret", "-n", NAMESPACE, plane.get("sa", "-n", NAMESPACE, "dspark-sps-profile")["secrets"][0]["name"])
+    secret = account_secret(plane, "dspark-sps-profile")
     for key in ("namespace", "token"):
-        (account / key).write_bytes(base64.b64decode(secret["data"][key]))
+        (account / key).write_bytes(base64.b64decode(secret[key]))
     (account / "ca.crt").write_text((plane.folder / "certs" / "apiserver.crt").read_text())
     (tmp_path / "sps.json").write_text('{"sample_batch_tokens": [1, 8], "sample_steps_per_sec": [50.0, 40.0]}')
     script = store["args"][0].replace("/var/run/secrets/kubernetes.io/serviceaccount", str(account)).replace(

@@ -26,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from dspark.integration.server import free_port, stop_process_group
 from dspark.models.decoding.settings import names
 
-from tests.helm.conftest import CHART, find
+from tests.helm.chart_tools import CHART, find
 from tests.paths import REPO
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import yaml
 
 from dspark.models.decoding.settings import VerifySettings
 
-from tests.helm.conftest import CHART
+from tests.helm.chart_tools import CHART
 from tests.paths import REPO
 
 # scripts/ is not a package: load the generator from its file

@@ -1,0 +1,23 @@
+"""Paths and helpers shared by the chart's tests (fixtures: conftest.py)."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.paths import REPO
+
+CHART = REPO / "helm" / "dspark"
+EXAMPLES = sorted((CHART / "examples").glob("*.yaml"))
+
+
+def setup_k8s_tools(*flags: str) -> Path:
+    """The toolchain's bin folder (scripts/setup_k8s_tools.sh; --clients: helm and kubectl only)."""
+    out = subprocess.run(["bash", str(REPO / "scripts" / "setup_k8s_tools.sh"), *flags], check=True, text=True,
+                         stdout=subprocess.PIPE)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def find(docs: list[dict], kind: str, suffix: str = "") -> dict:
+    """The one rendered resource of `kind` whose name ends with `suffix`."""
+    (doc,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix)]
+    return doc
