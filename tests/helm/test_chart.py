@@ -240,3 +240,23 @@ def test_the_sps_job_profiles_the_target_where_the_servers_run_and_may_write_onl
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]
     pod = find(docs, "Deployment")["spec"]["template"]["spec"]
     assert {"name": "sps", "configMap": {"name": "dspark-sps", "optional": True}} in pod["volumes"]
+
+
+def test_the_hpa_and_pod_monitor_alternatives(render):
+    docs = render("--set", "autoscaling.kind=hpa", "--set", "monitoring.kind=PodMonitor", *GOLDEN_FLAGS)
+    hpa = find(docs, "HorizontalPodAutoscaler")["spec"]
+    assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "dspark"}
+    assert hpa["metrics"][0]["pods"]["metric"]["name"] == "sglang:num_queue_reqs"
+    endpoints = find(docs, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert [e["port"] for e in endpoints] == ["http", "admin-metrics"]
+
+
+def test_the_router_discovers_exactly_the_serving_pods_with_read_only_rbac(render):
+    docs = render("--set", "router.enabled=true")
+    args = find(docs, "Deployment", "-router")["spec"]["template"]["spec"]["containers"][0]["args"]
+    selectors = args[args.index("--selector") + 1:]
+    server = find(docs, "Deployment", "dspark")["spec"]["selector"]["matchLabels"]
+    assert selectors == [f"{k}={v}" for k, v in sorted(server.items())]
+    assert args[args.index("--service-discovery-port") + 1] == "30000"
+    assert find(docs, "Role", "-router")["rules"] == [{"apiGroups": [""], "resources": ["pods"],
+                                                       "verbs": ["get", "list", "watch"]}]
