@@ -65,16 +65,18 @@ def add_otlp_args(parser: argparse.ArgumentParser) -> None:
 
 
 def admin_arg_list(args: argparse.Namespace) -> list[str]:
-    """The --admin-* flags of `args` as a command line (dspark serve passes them on to the sidecar)."""
+    """The --admin-* flags of `args` as a command line (dspark serve passes them on to the sidecar). Paths are made
+    absolute but not resolved: Kubernetes mounts Secret files through a symlink it swaps on rotation, and a
+    resolved path would point at the old, deleted copy."""
     out = ["--admin-port", str(args.admin_port), "--admin-host", args.admin_host,
            "--admin-update-rate", str(args.admin_update_rate), "--admin-update-burst", str(args.admin_update_burst)]
     for flag, paths in (("--admin-token-file", args.admin_token_file), ("--reader-token-file", args.reader_token_file)):
         for path in paths:
-            out += [flag, str(Path(path).resolve())]
+            out += [flag, str(Path(path).absolute())]
     for flag, value in (("--admin-tls-cert", args.admin_tls_cert), ("--admin-tls-key", args.admin_tls_key),
                         ("--admin-tls-client-ca", args.admin_tls_client_ca), ("--admin-audit-log", args.admin_audit_log)):
         if value is not None:
-            out += [flag, str(Path(value).resolve())]
+            out += [flag, str(Path(value).absolute())]
     if args.admin_metrics_port is not None:
         out += ["--admin-metrics-port", str(args.admin_metrics_port)]
     if args.otlp_endpoint:
