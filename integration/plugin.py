@@ -10,10 +10,11 @@ list without `dspark` to run SGLang without it.
     admin       the live runtime state through /set_internal_state and /get_server_info
     rounds      each verified round's metrics (metrics.py: SGLang's /metrics) and span (tracing.py)
     flashinfer_verify  ragged target verify (eager and CUDA graphs) on the plain FlashInfer backend (GPU only)
+    redaction   the API keys out of SGLang's startup log
 """
 from __future__ import annotations
 
-from dspark.integration import admin, cpu, flashinfer_verify, planner, rounds, startup
+from dspark.integration import admin, cpu, flashinfer_verify, planner, redaction, rounds, startup
 
 
 def register() -> None:
@@ -23,3 +24,4 @@ def register() -> None:
     admin.install()
     rounds.install()
     flashinfer_verify.install()
+    redaction.install()

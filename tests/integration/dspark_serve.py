@@ -22,7 +22,7 @@ class DsparkServe:
 
     def __init__(self, folder: Path, cache: Path, admin_token: Path, reader_token: Path, otlp_endpoint: str,
                  *sglang_args: str):
-        self.folder, self.port, self.admin_port = folder, free_port(), free_port()
+        self.folder, self.cache, self.port, self.admin_port = folder, cache, free_port(), free_port()
         self.url, self.admin_address = f"http://127.0.0.1:{self.port}", f"127.0.0.1:{self.admin_port}"
         self.audit_log, self.log = folder / "audit.jsonl", folder / "serve.log"
         self.admin_token, self.reader_token = admin_token, reader_token

@@ -313,6 +313,12 @@ def test_the_http_side_door_needs_the_admin_credential(replica, tokens):
     assert post(replica.url, "/set_internal_state", body, key=key) == (200, [True])
 
 
+def test_the_admin_key_is_not_logged(replica):
+    key = (replica.cache / "serve" / f"port-{replica.port}" / "admin-key").read_text().strip()
+    log = replica.log.read_text()
+    assert "'admin_api_key': '<redacted>'" in log and key not in log
+
+
 def test_grpcurl_lists_services_and_calls_get_and_update(replica, tokens, admin):
     grpcurl = str(Path(sys.executable).parent / "grpcurl")
     token = tokens["ops-admin"].read_text().strip()
