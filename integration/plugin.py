@@ -11,10 +11,11 @@ list without `dspark` to run SGLang without it.
     rounds      each verified round's metrics (metrics.py: SGLang's /metrics) and span (tracing.py)
     flashinfer_verify  ragged target verify (eager and CUDA graphs) on the plain FlashInfer backend (GPU only)
     redaction   the API keys out of SGLang's startup log
+    drain       on SIGTERM, new generation requests get 503 while the ones in flight finish
 """
 from __future__ import annotations
 
-from dspark.integration import admin, cpu, flashinfer_verify, planner, redaction, rounds, startup
+from dspark.integration import admin, cpu, drain, flashinfer_verify, planner, redaction, rounds, startup
 
 
 def register() -> None:
@@ -25,3 +26,4 @@ def register() -> None:
     rounds.install()
     flashinfer_verify.install()
     redaction.install()
+    drain.install()

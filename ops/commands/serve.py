@@ -13,7 +13,12 @@ admin server runs beside SGLang as a sidecar process, ops/admin/) or SGLang's `/
 SGLang's admin endpoints always need SGLang's admin key (the first --admin-token-file, --http-admin-key-file,
 or a key generated per start), handed over in a private config file, never on the command line. Arguments
 after `--` go to SGLang unchanged. --dry-run prints the commands and environment instead of starting them.
-On SIGTERM or SIGINT both processes get the signal; the exit status is SGLang's.
+
+Graceful drain (Kubernetes sends SIGTERM on every rollout): on SIGTERM or SIGINT both processes get the
+signal. SGLang then drains: its health checks answer 503, new generation requests get 503 with Retry-After
+(the plugin, integration/drain.py), the requests in flight finish, and it exits 0, which is this command's
+status. Should it still run --drain-timeout seconds later, its process tree is killed and the status is 1.
+The pod's terminationGracePeriodSeconds must exceed --drain-timeout (README "Deploy to Kubernetes").
 """
 from __future__ import annotations
 
@@ -25,8 +30,10 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import psutil
 import torch
 
 from dspark.integration.runtime_state import compile_state
@@ -38,6 +45,8 @@ from dspark.models.errors import ConfigError
 from dspark.models.training.run import load_target_config
 from dspark.ops.commands.admin_server import add_admin_args, add_otlp_args, admin_arg_list, check_admin_args
 from dspark.ops.commands.settings_args import add_settings_args, settings_from_args
+
+DRAIN_TIMEOUT_S = 90.0
 
 
 TRACE_LEVEL = "1"  # SGLANG_TRACE_LEVEL unless set: request spans, not per-slice ones (bench/results/trace-overhead)
@@ -63,6 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"KV pool size in tokens (CPU default {CPU_MAX_TOTAL_TOKENS}; GPU: SGLang's choice)")
     server.add_argument("--max-running-requests", type=int, default=None, help="concurrent requests in a batch")
     server.add_argument("--dry-run", action="store_true", help="print the SGLang command and environment; start nothing")
+    server.add_argument("--drain-timeout", type=float, default=DRAIN_TIMEOUT_S,
+                        help="seconds the requests in flight get to finish after SIGTERM before SGLang is killed "
+                             f"(default {DRAIN_TIMEOUT_S:g}; keep it below the pod's terminationGracePeriodSeconds)")
     add_settings_args(parser, "runtime state (initial values; live-tunable through /set_internal_state)")
     server.add_argument("--http-admin-key-file", type=Path, default=None,
                         help="SGLang's --admin-api-key, which /set_internal_state and SGLang's other admin endpoints "
@@ -136,6 +148,30 @@ def sidecar_command(args: argparse.Namespace) -> list[str]:
             "--sglang-admin-key-file", str(secrets_dir(args) / "admin-key"), *admin_arg_list(args)]
 
 
+def wait_draining(server: subprocess.Popen, stopping: threading.Event, drain_timeout: float) -> int:
+    """SGLang's exit status; once `stopping` is set it gets drain_timeout seconds, then its tree is killed (1)."""
+    while server.poll() is None:
+        if stopping.wait(timeout=1.0):
+            try:
+                return server.wait(timeout=drain_timeout)
+            except subprocess.TimeoutExpired:
+                print(f"dspark serve: SGLang still running {drain_timeout:g} s after SIGTERM; killing it",
+                      file=sys.stderr)
+                kill_tree(server.pid)
+                server.wait()
+                return 1
+    return server.returncode
+
+
+def kill_tree(pid: int) -> None:
+    root = psutil.Process(pid)
+    for process in [*root.children(recursive=True), root]:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:  # exited meanwhile
+            pass
+
+
 def run(args: argparse.Namespace) -> int:
     command, env, cpu = server_command(args)
     added = {**env, **(CPU_ENV if cpu else {})}
@@ -152,10 +188,17 @@ def run(args: argparse.Namespace) -> int:
     processes = [subprocess.Popen(command, env=server_environment(cpu, env), cwd=neutral)]
     if sidecar:
         processes.append(subprocess.Popen(sidecar, cwd=neutral))
-    forward = lambda sig, _frame: [p.send_signal(sig) for p in processes if p.poll() is None]  # noqa: E731
+    stopping = threading.Event()
+
+    def forward(sig, _frame) -> None:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(sig)
+        stopping.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
-    code = processes[0].wait()
+    code = wait_draining(processes[0], stopping, args.drain_timeout)
     for process in processes[1:]:
         process.terminate()
         process.wait()

@@ -109,6 +109,17 @@ def test_probes_give_loading_a_long_budget_readiness_generates_and_liveness_is_c
     assert env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "false"
 
 
+@pytest.mark.parametrize("grace, sleep, drain", [(120, 5, "105"), (300, 0, "290"), (10, 5, "1")])
+def test_shutdown_sleeps_then_drains_within_the_grace_period(render, grace, sleep, drain):
+    docs = render("--set", f"scheduling.terminationGracePeriodSeconds={grace}",
+                  "--set", f"scheduling.preStopSleepSeconds={sleep}")
+    pod, container = find(docs, "Deployment")["spec"]["template"]["spec"], serving_container(docs)
+    assert pod["terminationGracePeriodSeconds"] == grace
+    assert container["args"][container["args"].index("--drain-timeout") + 1] == drain
+    hook = container.get("lifecycle", {}).get("preStop")
+    assert hook == ({"exec": {"command": ["sleep", str(sleep)]}} if sleep else None)
+
+
 def test_gpu_scheduling_values_reach_the_pod(render):
     docs = render("--set", "gpu.resourceName=amd.com/gpu", "--set", "gpu.count=4",
                   "--set", "scheduling.runtimeClassName=nvidia", "--set", "scheduling.priorityClassName=llm",

@@ -136,6 +136,8 @@ app.kubernetes.io/component: router
 - {{ $v.http.port | quote }}
 - --device
 - {{ ternary "cuda" "cpu" (gt (int $v.gpu.count) 0) }}
+- --drain-timeout
+- {{ max 1 (sub (sub (int $v.scheduling.terminationGracePeriodSeconds) (int $v.scheduling.preStopSleepSeconds)) 10) | quote }}
 {{- include "dspark.settingsArgs" $root }}
 {{- if and $v.admin.enabled (not .worker) }}
 {{ include "dspark.adminArgs" $root }}

@@ -39,6 +39,11 @@ containers:
       {{- with $v.extraEnv }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
+    {{- if gt (int $v.scheduling.preStopSleepSeconds) 0 }}
+    lifecycle:
+      preStop:
+        exec: {command: [sleep, {{ $v.scheduling.preStopSleepSeconds | quote }}]}
+    {{- end }}
     ports:
       - {name: http, containerPort: {{ $v.http.port }}, protocol: TCP}
       {{- if and $v.admin.enabled (not .worker) }}

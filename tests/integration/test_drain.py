@@ -1,0 +1,71 @@
+"""Graceful drain of the served stack: SIGTERM during load (what Kubernetes sends on every rollout).
+
+`dspark serve` of the embedded target with DSpark; four greedy requests in flight when its process gets
+SIGTERM. Every one of them must complete with the target's own answer, a request sent after the signal
+must be refused with 503 and a reason, and the server must exit 0 within the drain timeout."""
+from __future__ import annotations
+
+import json
+import signal
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.integration.dspark_serve import DsparkServe
+from tests.integration.hf_reference import hf_greedy
+from tests.paths import EMBEDDED_TARGET
+
+PROMPTS = ["def fibonacci(n):", "class Stack:\n    ", "import json\n\n\ndef load(", "for key, value in "]
+MAX_NEW_TOKENS = 160
+DRAIN_TIMEOUT_S = 120
+
+
+def generate(url: str, prompt: str) -> tuple[int, dict]:
+    body = json.dumps({"text": prompt, "sampling_params": {"max_new_tokens": MAX_NEW_TOKENS,
+                                                           "temperature": 0}}).encode()
+    request = urllib.request.Request(url + "/generate", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=DRAIN_TIMEOUT_S) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, {"body": err.read().decode(errors="replace"), "retry_after": err.headers.get("Retry-After")}
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return {prompt: ids for prompt, (ids, _) in hf_greedy(EMBEDDED_TARGET, PROMPTS, MAX_NEW_TOKENS).items()}
+
+
+def test_sigterm_finishes_requests_in_flight_refuses_new_ones_and_exits_zero(tmp_path, reference):
+    tokens = tmp_path / "tokens"
+    tokens.mkdir()
+    (tokens / "ops").write_text("ops-token-for-the-drain-test\n")
+    (tokens / "reader").write_text("reader-token-for-the-drain-test\n")
+    server = DsparkServe(tmp_path / "replica", tmp_path / "cache", tokens / "ops", tokens / "reader", "")
+    at = server.command.index("--")
+    server.command[at:at] = ["--drain-timeout", str(DRAIN_TIMEOUT_S)]
+    (tmp_path / "replica").mkdir()
+    server.start()
+    try:
+        server.wait_ready()
+        with ThreadPoolExecutor(max_workers=len(PROMPTS)) as pool:
+            in_flight = [pool.submit(generate, server.url, prompt) for prompt in PROMPTS]
+            time.sleep(1.5)  # admitted and decoding
+            assert not any(f.done() for f in in_flight)
+            server.process.send_signal(signal.SIGTERM)  # to `dspark serve` alone, as the kubelet does
+            time.sleep(1.0)
+            status, refused = generate(server.url, "print(")
+            still_running = not all(f.done() for f in in_flight)
+            answers = [f.result() for f in in_flight]
+        assert still_running, "the late request must arrive while the others are still in flight"
+        assert status == 503 and "draining" in refused["body"] and refused["retry_after"] == "1"
+        assert [s for s, _ in answers] == [200] * len(PROMPTS)
+        assert [a["output_ids"] for _, a in answers] == [reference[p] for p in PROMPTS]
+        began = time.monotonic()
+        assert server.process.wait(timeout=DRAIN_TIMEOUT_S) == 0
+        print(f"exited 0, {time.monotonic() - began:.1f} s after the last answer")
+    finally:
+        server.stop()
