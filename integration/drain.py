@@ -8,7 +8,9 @@ SIGKILL. This middleware answers them 503 at once, with `Retry-After`, before an
 inside a stream would arrive after its 200), so a client or router retries on another replica. Admin,
 health and metrics paths stay open.
 
-Installed in SGLang's launcher only (the process that serves HTTP; its children never import the app).
+Installed in SGLang's launcher only (the process that serves HTTP; its children never import the app), as
+launch_server starts: importing the app any earlier, before SGLang applied every plugin's hooks, would bind
+its routes to the request classes other hooks replace (admin_request.py).
 """
 from __future__ import annotations
 
@@ -42,9 +44,15 @@ class RefuseWhileDraining:
         await self.app(scope, receive, send)
 
 
-def install() -> None:
-    if multiprocessing.parent_process() is not None:  # a scheduler or detokenizer: no HTTP app here
-        return
+def _add_middleware(*args, **kwargs) -> None:
     from sglang.srt.entrypoints.http_server import app
 
     app.add_middleware(RefuseWhileDraining)
+
+
+def install() -> None:
+    if multiprocessing.parent_process() is not None:  # a scheduler or detokenizer: no HTTP app here
+        return
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register("sglang.srt.entrypoints.http_server.launch_server", _add_middleware, HookType.BEFORE)

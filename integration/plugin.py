@@ -10,7 +10,7 @@ list without `dspark` to run SGLang without it.
     admin       the live runtime state through /set_internal_state and /get_server_info
     rounds      each verified round's metrics (metrics.py: SGLang's /metrics) and span (tracing.py)
     flashinfer_verify  ragged target verify (eager and CUDA graphs) on the plain FlashInfer backend (GPU only)
-    redaction   the API keys out of SGLang's startup log
+    redaction   the API keys out of SGLang's startup log and /server_info
     drain       on SIGTERM, new generation requests get 503 while the ones in flight finish
 """
 from __future__ import annotations

@@ -27,3 +27,6 @@ def install() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register("sglang.srt.entrypoints.engine._server_args_for_logging", redacted, HookType.AFTER)
+    HookRegistry.register("sglang.srt.utils.common.build_server_info", redacted, HookType.AFTER)
+    HookRegistry.register("sglang.srt.runtime_context.RuntimeContext.resolved_server_args_dict", redacted,
+                          HookType.AFTER)

@@ -313,10 +313,15 @@ def test_the_http_side_door_needs_the_admin_credential(replica, tokens):
     assert post(replica.url, "/set_internal_state", body, key=key) == (200, [True])
 
 
-def test_the_admin_key_is_not_logged(replica):
+def test_the_admin_key_is_neither_logged_nor_served(replica):
+    with urllib.request.urlopen(replica.url + "/server_info", timeout=60) as response:
+        info = json.loads(response.read())
+    assert info["admin_api_key"] == "<redacted>" and info["api_key"] is None
+    assert all(state["admin_api_key"] == "<redacted>" for state in info["internal_states"])  # per scheduler
+    assert "--admin-api-key <redacted>" in info["launch_command"]  # SGLang rebuilds it from the config file
     key = (replica.cache / "serve" / f"port-{replica.port}" / "admin-key").read_text().strip()
     log = replica.log.read_text()
-    assert "'admin_api_key': '<redacted>'" in log and key not in log
+    assert "'admin_api_key': '<redacted>'" in log and key not in log and key not in json.dumps(info)
 
 
 def test_grpcurl_lists_services_and_calls_get_and_update(replica, tokens, admin):
