@@ -113,10 +113,18 @@ def sample_windows(
 def next_tokens(logits: torch.Tensor, cfg: DataConfig, generator: torch.Generator) -> torch.Tensor:
     """Greedy at temperature 0, else a sample from the warped distribution (kernels.warping, as decoding samples).
 
-    logits: [bs, vocab] -> [bs] long. The generator lives on the CPU, so sampling happens there.
+    logits: [bs, vocab] -> [bs] long. The generator lives on the CPU, so sampling happens there, in fp32 (logits
+    from a bf16 autocast forward would otherwise be warped with bf16 cumulative sums). With top_k set, only the
+    top_k logits are warped: the same distribution, without top_p's sort of the whole vocabulary, which on a CPU
+    costs as much as the target's forward.
     """
-    params = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p)
-    return warping.sample(logits.cpu(), params, generator).to(logits.device)
+    params, device = SamplingParams(cfg.temperature, cfg.top_k, cfg.top_p), logits.device
+    logits = logits.float().cpu()
+    if params.greedy or not 0 < cfg.top_k < logits.shape[-1]:
+        return warping.sample(logits, params, generator).to(device)
+    top_logits, top_ids = logits.topk(cfg.top_k, dim=-1)
+    picked = warping.sample(top_logits, params, generator)
+    return top_ids.gather(1, picked[:, None]).squeeze(1).to(device)
 
 
 @torch.no_grad()

@@ -8,7 +8,9 @@
   with the target's tokenizer; held-out files serve the held-out check. For the chat source the documents are
   chat prompts (a --prompts-file, or the built-in generated set of dspark.models.training.chat_prompts) in the
   target's chat template, split train / held-out by a stable hash of the text. The eval prompt sets are never read;
-- DrafterSpec -> DrafterConfig (dims copied from the target) and the matching TrainTask;
+- DrafterSpec -> DrafterConfig (dims copied from the target) and the matching TrainTask; optionally the drafter
+  starts from the target's top layers (target_init.py) and trains on the target's outputs cached once
+  (feature_cache.py, under its own key beside the data cache);
 - export: config.json + model.safetensors in the SGLang/DeepSpec layout (dspark.models.checkpoint), in the chosen
   dtype, plus train_log.json and a README.md card with the exact command that reproduces it.
 
@@ -36,9 +38,12 @@ from dspark.models.evaluation.datasets import read_turns
 from dspark.models.training.chat_prompts import generate_chat_prompts
 from dspark.models.training.data import DataConfig, TokenDataset, build_dataset, load_dataset, save_dataset
 from dspark.models.training.evaluate import greedy_acceptance
+from dspark.models.training.feature_cache import (CachedFeatures, compute_features, feature_cache_path, load_features,
+                                                  save_features)
 from dspark.models.training.losses import DFLASH_LOSS, DSPARK_LOSS
 from dspark.models.training.tasks import BlockTask, Eagle3Task, TrainTask
-from dspark.models.training.trainer import LOG_FILE, DistContext, TrainConfig, Trainer
+from dspark.models.training.target_init import init_from_target
+from dspark.models.training.trainer import LOG_FILE, DistContext, TrainConfig, Trainer, bf16_autocast
 
 DEFAULT_LAYERS = {"dspark": 5, "dflash": 5, "eagle3": 1}
 MAX_TAPS = 5
@@ -187,6 +192,7 @@ def write_card(out_dir: Path, info: dict) -> None:
         f"- {info['steps']} optimizer steps in {info['wall_s'] / 60:.1f} min ({info['wall_s']:.0f} s) of training "
         f"wall time on {info['device']} x{info['world_size']}"
         f"{' (stopped by the time budget)' if info['stopped_early'] else ''}; settings in train_log.json.",
+        f"- {_levers(info)}",
         f"- final loss terms (mean of the last logged window of <= {info['log_every']} steps): {terms}"
         " (`accept` is the diagnostic expected acceptance rate c*, not a trained term).",
         f"- weights stored in {info['save_dtype']}; {info['trainable_params']:,} trainable parameters "
@@ -204,6 +210,15 @@ def write_card(out_dir: Path, info: dict) -> None:
         ]
     lines += ["", "## Reproduce", "```", info["command"], "```", ""]
     (out_dir / "README.md").write_text("\n".join(lines))
+
+
+def _levers(info: dict) -> str:
+    """How the steps were computed and where the drafter started (card line)."""
+    features = ("the target's outputs computed once and cached (--feature-cache)" if info.get("feature_cache")
+                else "a target forward per micro-batch")
+    start = "the target's top layers (--init-from-target)" if info.get("init_from_target") else "a random init"
+    compute = "bf16 autocast (--bf16)" if info.get("bf16") else "fp32"
+    return f"target outputs: {features}; started from {start}; compute: {compute}."
 
 
 def _heads(cfg: dict) -> str:
@@ -261,6 +276,8 @@ class TrainJob:
     resume: bool = False
     mask_token_id: int | None = None  # default: the tokenizer's mask token
     prompts_file: Path | None = None  # chat source: {"turns": [...]} records; None: the built-in generated set
+    feature_cache_dir: Path | None = None  # cache the target's outputs here once; None: a target forward per step
+    init_from_target: bool = False  # start from the target's top layers (target_init.py), not a random init
     command: str = ""
 
 
@@ -273,6 +290,23 @@ def cached_dataset(documents, cfg: DataConfig, target, eos_id: int, key: dict, c
     dataset = load_dataset(path, key)
     assert dataset is not None, f"{path} vanished after it was written"
     return dataset
+
+
+def cached_target_features(target, dataset: TokenDataset, layer_ids: tuple[int, ...], key: dict, cache_dir: Path,
+                           bf16: bool, dist: DistContext) -> CachedFeatures:
+    """The target's outputs on `dataset` from cache_dir, or computed on rank 0 (under bf16 autocast when asked)
+    and saved; other ranks wait and load."""
+    autocast = "bfloat16" if bf16 else "none"
+    key = {**key, "target_layer_ids": list(layer_ids), "dtype": "bfloat16", "autocast": autocast}
+    path = feature_cache_path(cache_dir, key)
+    lm_head = target.get_output_embeddings()
+    if dist.is_main and load_features(path, key, lm_head) is None:
+        with bf16_autocast(bf16, dist.device):
+            save_features(*compute_features(target, dataset, layer_ids), key, path)
+    dist.barrier()
+    features = load_features(path, key, lm_head)
+    assert features is not None, f"{path} vanished after it was written"
+    return features
 
 
 def train_job(job: TrainJob, dist: DistContext) -> dict | None:
@@ -288,10 +322,20 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
            "held_out_percent": corpus.held_out_percent, "split": "train"}
     documents, prompts_source, prompts_key = job_documents(job, tokenizer, corpus)
     key.update(prompts_key)
-    dataset = cached_dataset(documents("train"), job.data, target, eos_id, key, job.data_cache_dir, dist)
+    # bf16 generation samples from (slightly) different logits: its data is cached under its own key.
+    train_key = {**key, "generation_autocast": "bfloat16"} if job.train.bf16 else key
+    with bf16_autocast(job.train.bf16, dist.device):
+        dataset = cached_dataset(documents("train"), job.data, target, eos_id, train_key, job.data_cache_dir, dist)
+    features = None
+    if job.feature_cache_dir is not None:
+        features = cached_target_features(target, dataset, config.target_layer_ids, train_key, job.feature_cache_dir,
+                                          job.train.bf16, dist)
     torch.manual_seed(job.train.seed)
     drafter = DRAFTER_CLASSES[config.kind].from_target(target, config).to(dist.device)
-    trainer = Trainer(drafter, target, dataset, build_task(config, job.spec.n_anchors), job.train, job.work_dir, dist)
+    if job.init_from_target:
+        init_from_target(drafter, target)
+    task = build_task(config, job.spec.n_anchors)
+    trainer = Trainer(drafter, target, dataset, task, job.train, job.work_dir, dist, features=features)
     if job.resume:
         trainer.resume()
     result = trainer.run()
@@ -312,7 +356,8 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         "steps": result.steps, "wall_s": round(result.wall_s, 1), "stopped_early": result.stopped_early,
         "final_terms": result.final_terms, "log_every": job.train.log_every, "device": str(dist.device),
         "world_size": dist.world_size, "save_dtype": job.save_dtype, "slim": job.slim, "held_out": held_out,
-        "command": job.command,
+        "command": job.command, "feature_cache": job.feature_cache_dir is not None,
+        "init_from_target": job.init_from_target, "bf16": job.train.bf16,
         "trainable_params": sum(p.numel() for p in drafter.parameters() if p.requires_grad),
     }
     job.out_dir.mkdir(parents=True, exist_ok=True)

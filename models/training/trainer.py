@@ -1,10 +1,11 @@
 """The drafter training loop (DEEPSPEC_REFERENCE.md §2.5), single process or data-parallel under torchrun.
 
-One optimizer step = `grad_accum` micro-batches of `batch_size` samples per rank. Each micro-batch runs the frozen
-target once (online features: tapped hidden states + next-token logits), then the task's drafter forward and loss
-(tasks.py). Optimizer AdamW (β = 0.9/0.999, eps 1e-8, lr 6e-4, weight decay 0) over the trainable parameters in
-fp32; LR linear warmup over int(0.04·steps) steps (lr·(s+1)/warmup) then cosine to 0 over the remaining steps;
-gradient-norm clip 1.0; optional bf16 autocast of both forwards.
+One optimizer step = `grad_accum` micro-batches of `batch_size` samples per rank. Each micro-batch gets the frozen
+target's outputs (tapped hidden states + next-token logits) from a target forward, or from the feature cache
+(feature_cache.py), then runs the task's drafter forward and loss (tasks.py). Optimizer AdamW (β = 0.9/0.999,
+eps 1e-8, lr 6e-4, weight decay 0) over the trainable parameters in fp32; LR linear warmup over int(0.04·steps)
+steps (lr·(s+1)/warmup) then cosine to 0 over the remaining steps; gradient-norm clip 1.0; optional bf16 autocast
+of both forwards (`bf16_autocast`; the loss terms stay fp32).
 
 Data parallelism: the caller (`dspark train` under `torchrun --nproc-per-node N`) initialises torch.distributed
 and passes a DistContext; the drafter is wrapped in DistributedDataParallel, each rank reads a disjoint slice of
@@ -26,13 +27,17 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 from tqdm import tqdm
 
 from dspark.models.errors import CheckpointError, ConfigError
 from dspark.models.training.data import TokenDataset
-from dspark.models.training.tasks import TargetOutputs, TrainTask, target_outputs
+from dspark.models.training.feature_cache import OnlineFeatures
+from dspark.models.training.tasks import TargetOutputs, TrainTask
+
+TargetFeatureSource = Callable[[torch.Tensor, TokenDataset], TargetOutputs]  # (sample ids [bs], batch) -> outputs
 
 LATEST = "latest"
 STATE_FILE = "trainer_state.pt"
@@ -114,6 +119,13 @@ def lr_factor(step: int, total_steps: int, warmup_frac: float) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(step - warmup, decay_steps) / decay_steps))
 
 
+def bf16_autocast(enabled: bool, device: torch.device):
+    """bf16 autocast on `device` when enabled (matmuls on AMX / tensor cores), else a no-op context."""
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
 def batch_indices(n_samples: int, cfg: TrainConfig, dist: DistContext, micro_index: int) -> torch.Tensor:
     """Sample indices of global micro-batch `micro_index` on this rank: a per-epoch permutation, sliced by rank."""
     per_batch = cfg.batch_size * dist.world_size
@@ -150,10 +162,12 @@ class Trainer:
         out_dir: Path,
         dist: DistContext = DistContext(),
         progress: bool = True,
+        features: TargetFeatureSource | None = None,  # default: run the target on each micro-batch
     ) -> None:
         self.drafter, self.target, self.dataset, self.task, self.cfg = drafter, target, dataset, task, cfg
         self.out_dir, self.dist, self.progress = Path(out_dir), dist, progress
         self.target.requires_grad_(False).eval()
+        self.features = features or OnlineFeatures(target, task.target_layer_ids)
         self.params = [p for p in drafter.parameters() if p.requires_grad]
         self.model = _ForwardTrain(drafter)
         if dist.world_size > 1:
@@ -167,20 +181,16 @@ class Trainer:
         )
         self.step, self.prior_wall_s, self.history = 0, 0.0, []
 
-    def _autocast(self):
-        if not self.cfg.bf16:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.dist.device.type, dtype=torch.bfloat16)
-
     def _micro_step(self, micro_index: int, sync: bool) -> dict[str, float]:
         cfg, dist = self.cfg, self.dist
-        batch = self.dataset.select(batch_indices(len(self.dataset), cfg, dist, micro_index))
+        index = batch_indices(len(self.dataset), cfg, dist, micro_index)
+        batch = self.dataset.select(index)
         batch = TokenDataset(*(t.to(dist.device) for t in (batch.input_ids, batch.loss_mask, batch.attention_mask)))
         generator = torch.Generator().manual_seed((cfg.seed * 1_000_003 + micro_index) * dist.world_size + dist.rank)
         no_sync = self.model.no_sync if (dist.world_size > 1 and not sync) else contextlib.nullcontext
-        with self._autocast():
+        with bf16_autocast(cfg.bf16, dist.device):
             with torch.no_grad():
-                target: TargetOutputs = target_outputs(self.target, batch, self.task.target_layer_ids)
+                target: TargetOutputs = self.features(index, batch)
             with no_sync():
                 loss = self.task.loss(self.model, batch, target, generator, dist.all_reduce_sum)
                 (loss.total * dist.world_size / cfg.grad_accum).backward()

@@ -12,7 +12,8 @@ checkpoints, logs and the export. NCCL on GPUs, gloo on CPU.
 Outputs: --out gets config.json + model.safetensors (SGLang/DeepSpec layout), train_log.json and README.md (the
 card, with this command spelled out in full); --work-dir (default <out>/work) holds the resumable checkpoints
 (`--resume` continues from the newest). The generated training data is cached under --data-cache, keyed by the
-data settings and the target's weights, so drafters trained on the same settings share it.
+data settings and the target's weights, so drafters trained on the same settings share it; with --feature-cache
+so are the target's outputs on it (models/training/feature_cache.py).
 """
 from __future__ import annotations
 
@@ -60,6 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="DFlash: original layout [anchor, MASK x gamma] reading slots 1..gamma (SGLang DFLASH)")
     d.add_argument("--mask-token-id", type=int, default=None, help="default: the target tokenizer's mask token")
     d.add_argument("--n-anchors", type=int, default=512, help="anchor blocks sampled per sequence")
+    d.add_argument("--init-from-target", action="store_true",
+                   help="start the draft layers from the target's top layers and fc from a pass-through of the "
+                        "deepest tapped layer (default: off, a random init)")
 
     data = parser.add_argument_group("data")
     data.add_argument("--data-source", choices=SOURCES, default="generations",
@@ -77,6 +81,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--stdlib", type=Path, default=None, help="stdlib root for prompts (default: this interpreter's)")
     data.add_argument("--held-out-percent", type=int, default=DEFAULT_HELD_OUT_PERCENT)
     data.add_argument("--data-cache", type=Path, default=DEFAULT_DATA_CACHE)
+    data.add_argument("--feature-cache", type=Path, default=None,
+                      help="compute the target's outputs on the training data once, cache them in this directory "
+                           "and train every epoch on the cache (default: off, a target forward every step)")
     data.add_argument("--eval-samples", type=int, default=32,
                       help="held-out samples for the acceptance check (0: skip)")
 
@@ -89,7 +96,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--grad-clip", type=float, default=1.0)
     t.add_argument("--batch-size", type=int, default=8, help="sequences per micro-batch per rank")
     t.add_argument("--grad-accum", type=int, default=1)
-    t.add_argument("--bf16", action="store_true", help="bf16 autocast of the target and drafter forwards")
+    t.add_argument("--bf16", action="store_true",
+                   help="bf16 autocast of the target (data generation, features) and drafter forwards")
     t.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: only at the end)")
     t.add_argument("--log-every", type=int, default=10)
     t.add_argument("--seed", type=int, default=42)
@@ -159,6 +167,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
         train=train, stdlib_root=args.stdlib or default_stdlib_root(), held_out_percent=args.held_out_percent,
         data_cache_dir=args.data_cache, eval_samples=args.eval_samples, save_dtype=args.save_dtype, slim=args.slim,
         resume=args.resume, mask_token_id=args.mask_token_id, prompts_file=args.prompts_file,
+        feature_cache_dir=args.feature_cache, init_from_target=args.init_from_target,
         command=reproduce_command(args._parser, args),
     )
 

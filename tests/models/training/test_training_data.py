@@ -10,6 +10,7 @@ from dspark.models.training.data import (
     build_dataset,
     continue_prompts,
     load_dataset,
+    next_tokens,
     sample_windows,
     save_dataset,
 )
@@ -52,6 +53,18 @@ class _EosAfter(torch.nn.Module):
         logits = torch.full((input_ids.shape[0], input_ids.shape[1], 8), -10.0)
         logits[..., token] = 10.0
         return SimpleNamespace(logits=logits)
+
+
+def test_top_k_first_sampling_keeps_the_warped_distribution():
+    from dspark.kernels import warping
+
+    cfg = DataConfig(temperature=0.7, top_k=5, top_p=0.8)
+    logits = torch.randn(1, 64, generator=torch.Generator().manual_seed(0)) * 3
+    draws = next_tokens(logits.expand(20000, -1), cfg, torch.Generator().manual_seed(1))
+    expected = warping.probs(logits, warping.SamplingParams(0.7, 5, 0.8))[0]
+    observed = torch.bincount(draws, minlength=64).float() / draws.numel()
+    assert torch.allclose(observed, expected, atol=0.015), (observed[expected > 0], expected[expected > 0])
+    assert (observed[expected == 0] == 0).all(), "never a token the warping drops"
 
 
 def test_eos_is_trained_and_followed_by_masked_padding():

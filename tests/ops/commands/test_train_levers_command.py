@@ -1,0 +1,34 @@
+"""`dspark train` speed and init levers on a tiny target: --feature-cache, --init-from-target, --bf16."""
+import json
+
+from test_train_command import _args, tiny_setup  # noqa: F401  (the module fixture: a tiny target and corpus)
+
+from dspark.ops.cli import main
+
+
+def test_feature_cache_is_built_once_then_reused(tiny_setup, tmp_path):  # noqa: F811
+    root, target_dir, lib = tiny_setup
+    cache = tmp_path / "features"
+    for run in ("first", "second"):
+        args = _args(root, target_dir, lib, "dspark", tmp_path / run, "--feature-cache", str(cache),
+                     "--eval-samples", "0")
+        assert main(args) == 0
+        if run == "first":
+            (stored,) = cache.glob("*.pt")
+            written = stored.stat().st_mtime_ns
+    assert stored.stat().st_mtime_ns == written, "the second run read the cache instead of recomputing it"
+    key = json.loads(stored.with_suffix(".json").read_text())
+    assert key["target_layer_ids"] == [0, 1] and key["autocast"] == "none"
+    assert "--feature-cache" in (tmp_path / "second" / "README.md").read_text()
+
+
+def test_init_from_target_and_bf16_are_recorded_in_the_card(tiny_setup, tmp_path):  # noqa: F811
+    root, target_dir, lib = tiny_setup
+    out = tmp_path / "out"
+    args = _args(root, target_dir, lib, "dflash", out, "--init-from-target", "--bf16", "--eval-samples", "0",
+                 "--data-cache", str(tmp_path / "data"))
+    assert main(args) == 0
+    card = (out / "README.md").read_text()
+    assert "--init-from-target" in card and "--bf16" in card
+    (data_key,) = (tmp_path / "data").glob("*.json")
+    assert json.loads(data_key.read_text())["generation_autocast"] == "bfloat16", "bf16 data has its own cache key"
