@@ -4,7 +4,7 @@ export DSPARK_CACHE
 PY := $(DSPARK_CACHE)/venv/bin/python
 DSPARK := $(DSPARK_CACHE)/venv/bin/dspark
 
-.PHONY: setup test demo serve proto bench bench-sched bench-sched-smollm2 bench-serve bench-trace gpu-check embedded-target drafters embedded-models
+.PHONY: setup test demo serve proto bench bench-sched bench-sched-smollm2 bench-serve bench-trace soak gpu-check embedded-target drafters embedded-models
 
 setup:
 	bash scripts/setup_env.sh
@@ -69,6 +69,12 @@ bench-trace: setup
 	$(DSPARK) bench-trace --target embedded/target --drafter embedded/dspark \
 		--prompts-file $(EVAL_PROMPTS)/humaneval.jsonl --limit 8 --max-new-tokens 48 --concurrency 4 --repeats 6 \
 		--out bench/results/trace-overhead
+
+# A load-and-fault soak of the served stack (issue 17): greedy answers checked against the target alone, sampled
+# and streamed calls, prompts beyond the context, disconnects, malformed bodies and live state changes at 32
+# clients (4x the server's 8 running requests). SOAK_SECONDS=600 for the README's run: bench/results/soak/.
+soak: setup
+	bash scripts/soak.sh
 
 # The GPU paths on one CUDA GPU, <= 10 minutes: the Triton kernels and FlashInfer paths against the references,
 # their speed against PyTorch and SGLang's own kernels at batch 1-256, and a FlashInfer-backend DSpark server

@@ -12,10 +12,12 @@ list without `dspark` to run SGLang without it.
     flashinfer_verify  ragged target verify (eager and CUDA graphs) on the plain FlashInfer backend (GPU only)
     redaction   the API keys out of SGLang's startup log and /server_info
     drain       on SIGTERM, new generation requests get 503 while the ones in flight finish
+    strict_requests  OpenAI-compatible requests with an unknown field get 400 instead of running on defaults
 """
 from __future__ import annotations
 
-from dspark.integration import admin, cpu, drain, flashinfer_verify, planner, redaction, rounds, startup
+from dspark.integration import (admin, cpu, drain, flashinfer_verify, planner, redaction, rounds, startup,
+                                strict_requests)
 
 
 def register() -> None:
@@ -27,3 +29,4 @@ def register() -> None:
     flashinfer_verify.install()
     redaction.install()
     drain.install()
+    strict_requests.install()

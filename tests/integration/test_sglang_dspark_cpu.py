@@ -45,7 +45,8 @@ def server(tmp_path_factory, sps_cache):
     log = tmp_path_factory.mktemp("sglang") / "server.log"
     extra = cpu_server_args() + dspark_args(EMBEDDED / "dspark", cpu=True) + [
         "--enable-metrics", "--decode-log-interval", "1", "--max-running-requests", "16"]
-    env = {**dspark_env({"policy": "causal"}), "DSPARK_CACHE": str(sps_cache)}
+    # no calibration probe rounds: these tests check the exact verify budget each policy plans
+    env = {**dspark_env({"policy": "causal", "probe_round_ratio": 0.0}), "DSPARK_CACHE": str(sps_cache)}
     with SGLangServer(EMBEDDED_TARGET, extra_args=extra, env=env, log_path=log) as running:
         yield running
 
