@@ -22,6 +22,7 @@ batch's tensor-parallel group reports, so a TP=8 server does not count every rou
                                                     measured, over the live round-cost window (round_cost.py)
     dspark_step_overhead_seconds                    per-round time beyond the profiled verify forward
     dspark_probe_rounds_total                       rounds verified in full for calibration labels
+    dspark_draft_faults_total{error}                draft steps that failed and were retried (draft_faults.py)
     dspark_calibration_ece{position}                live per-position ECE of the survival a_k (calibration.py)
     dspark_calibration_survival_gap{position}       mean predicted a_k minus the realized survival rate
     dspark_calibration_window_samples               labelled request-rounds in the live window
@@ -87,6 +88,7 @@ def registry() -> dict:
         "sps_error": Gauge("dspark_sps_table_error_ratio", "median relative error of the planner's round time "
                            "(SPS table plus overhead) against measured round times", multiprocess_mode="livemax"),
         "probes": Counter("dspark_probe_rounds", "rounds verified in full for calibration labels"),
+        "draft_faults": Counter("dspark_draft_faults", "draft steps that failed and were retried", ["error"]),
         "overhead": Gauge("dspark_step_overhead_seconds", "per-round time beyond the profiled verify forward",
                           multiprocess_mode="livemax"),
         "ece": Gauge("dspark_calibration_ece", "live per-position ECE of the predicted survival", ["position"],
@@ -161,6 +163,11 @@ def observe_update(result: str) -> None:
 def observe_overhead(seconds: float) -> None:
     if enabled():
         registry()["overhead"].set(seconds)
+
+
+def observe_draft_fault(error: str) -> None:
+    if enabled():
+        registry()["draft_faults"].labels(error=error).inc()
 
 
 def observe_sps_error(ratio: Optional[float]) -> None:
