@@ -35,7 +35,6 @@ labels from allocator-cut rounds alone only ever cover the confident prefixes.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import replace
 from typing import Optional
@@ -47,7 +46,6 @@ from dspark.integration import calibration, metrics
 from dspark.integration.round_cost import RoundClock
 from dspark.integration.round_sampler import RoundSampler
 from dspark.integration.runtime_state import RuntimeStateStore
-from dspark.kernels.sps import SpsTable
 from dspark.models.cache import cache_root
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 

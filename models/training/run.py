@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from dspark.models.checkpoint import WEIGHTS_FILE, save_drafter
+from dspark.models.checkpoint import save_drafter
 from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
 from dspark.models.embedded_target.corpus import Corpus, is_held_out, load_corpus
 from dspark.models.errors import CheckpointError, ConfigError

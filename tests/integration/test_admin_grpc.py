@@ -24,9 +24,8 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from dspark.models.decoding.settings import POLICIES, THRESHOLD_ON, VerifySettings, default_of, names
-from dspark.models.errors import ConfigError
 from dspark.ops.admin.client import AdminClient, Credentials
-from dspark.ops.admin.convert import message_to_settings, settings_to_message, update_mask
+from dspark.ops.admin.convert import message_to_settings, update_mask
 from dspark.ops.admin.fleet import fleet_update
 from dspark.ops.admin.v1 import admin_pb2 as pb
 from dspark.ops.cli import main
