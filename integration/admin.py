@@ -38,8 +38,11 @@ KEY = "dspark"
 CONTROLLER = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
 
 
-# The current /set_internal_state call's outcome for the dspark key (scheduler process; one call at a time):
-# why it was refused (and whether for a version conflict), or what an envelope-form update applied.
+# The current /set_internal_state call for the dspark key (scheduler process; one call at a time, SGLang
+# validates every key before it applies any): the update as validated (a refit resolved to what it fitted, so
+# the fit runs once), why it was refused (and whether for a version conflict), or what an envelope-form update
+# applied.
+_resolved = None
 _refusal: Optional[str] = None
 _conflict = False
 _applied: Optional[dict] = None
@@ -48,13 +51,14 @@ _applied: Optional[dict] = None
 def _validate(key: str, value) -> None:
     from sglang.srt.managers.scheduler_components.internal_state import UpdateRejected
 
-    global _refusal, _conflict
+    global _resolved, _refusal, _conflict
     if planner.store is None:
         _refusal = (f"{key} requires a DSpark draft worker with dspark's planner "
                     f"(--speculative-algorithm DSPARK and a ragged verify mode)")
         raise UpdateRejected(_refusal)
     try:
-        planner.store.check(with_refit(value))
+        _resolved = with_refit(value)
+        planner.store.check(_resolved)
     except ConfigError as err:
         _refusal, _conflict = str(err), isinstance(err, VersionConflict)
         metrics.observe_update("conflict" if _conflict else "refused")
@@ -67,8 +71,8 @@ def _reply_with_reason(original, controller, recv_req):
 
     from dspark.integration.admin_request import AppliedInternalStateReqOutput, RejectedInternalStateReqOutput
 
-    global _refusal, _conflict, _applied
-    _refusal, _conflict, _applied = None, False, None
+    global _resolved, _refusal, _conflict, _applied
+    _resolved, _refusal, _conflict, _applied = None, None, False, None
     reply = original(controller, recv_req)
     fields = msgspec.structs.asdict(reply)
     if reply.updated:
@@ -94,7 +98,7 @@ async def _answer_400_with_reason(original, manager, obj):
 
 def _apply(key: str, value) -> None:
     global _applied
-    value = with_refit(value)
+    value = _resolved  # as _validate resolved and checked it
     outcome = planner.store.update(value)
     metrics.observe_update("applied" if outcome["applied"] else "validated")
     if outcome["applied"]:

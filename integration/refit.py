@@ -39,8 +39,8 @@ AUTO_REFIT_MIN_LABELLED = 32
 
 
 def with_refit(value: Any) -> Any:
-    """A refit update becomes a `set` of what was fitted; anything else is returned as it is. Both the check and
-    the apply of one update call this and see the same fit (nothing is observed between them)."""
+    """A refit update becomes a `set` of what was fitted; anything else is returned as it is. Called once per
+    update (admin.py's validation; the apply installs what it returned)."""
     if not (isinstance(value, dict) and set(REFITS) & set(value)):
         return value
     kinds = [kind for kind in REFITS if kind in value]

@@ -38,6 +38,16 @@ class DsparkServe:
         self.env.pop("TRITON_INTERPRET", None)
         self.process: subprocess.Popen | None = None
 
+    @classmethod
+    def alone(cls, folder: Path) -> "DsparkServe":
+        """A replica of its own under `folder`: its cache, an admin and a reader token file, no tracing."""
+        tokens = folder / "tokens"
+        tokens.mkdir(parents=True)
+        for name in ("ops", "reader"):
+            (tokens / name).write_text(f"{name}-token-of-a-test-replica\n")
+        (folder / "replica").mkdir()
+        return cls(folder / "replica", folder / "cache", tokens / "ops", tokens / "reader", "")
+
     def start(self) -> "DsparkServe":
         self.process = subprocess.Popen(self.command, env=self.env, cwd=self.folder, stdout=self.log.open("w"),
                                         stderr=subprocess.STDOUT, start_new_session=True)

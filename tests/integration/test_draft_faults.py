@@ -27,12 +27,7 @@ def generate(url: str, prompt: str) -> list[int]:
 
 def test_failing_draft_steps_are_retried_and_counted_with_answers_unchanged(tmp_path):
     reference = {p: ids for p, (ids, _) in hf_greedy(EMBEDDED_TARGET, PROMPTS, MAX_NEW_TOKENS).items()}
-    tokens = tmp_path / "tokens"
-    tokens.mkdir()
-    (tokens / "ops").write_text("ops-token-for-the-fault-test\n")
-    (tokens / "reader").write_text("reader-token-for-the-fault-test\n")
-    (tmp_path / "replica").mkdir()
-    server = DsparkServe(tmp_path / "replica", tmp_path / "cache", tokens / "ops", tokens / "reader", "")
+    server = DsparkServe.alone(tmp_path)
     server.env[FAULT_ENV] = "3"
     server.start()
     try:

@@ -53,14 +53,9 @@ def reference():
 
 
 def test_sigterm_finishes_requests_in_flight_refuses_new_ones_and_exits_zero(tmp_path, reference):
-    tokens = tmp_path / "tokens"
-    tokens.mkdir()
-    (tokens / "ops").write_text("ops-token-for-the-drain-test\n")
-    (tokens / "reader").write_text("reader-token-for-the-drain-test\n")
-    server = DsparkServe(tmp_path / "replica", tmp_path / "cache", tokens / "ops", tokens / "reader", "")
+    server = DsparkServe.alone(tmp_path)
     at = server.command.index("--")
     server.command[at:at] = ["--drain-timeout", str(DRAIN_TIMEOUT_S)]
-    (tmp_path / "replica").mkdir()
     server.start()
     try:
         server.wait_ready()

@@ -14,16 +14,11 @@ MAX_RUNNING = 8  # dspark_serve.py's --max-running-requests
 
 
 def test_a_short_soak_loses_and_alters_nothing(tmp_path, capsys):
-    tokens = tmp_path / "tokens"
-    tokens.mkdir()
-    (tokens / "ops").write_text("ops-token-for-the-soak-test\n")
-    (tokens / "reader").write_text("reader-token-for-the-soak-test\n")
-    (tmp_path / "replica").mkdir()
-    server = DsparkServe(tmp_path / "replica", tmp_path / "cache", tokens / "ops", tokens / "reader", "").start()
+    server = DsparkServe.alone(tmp_path).start()
     try:
         server.wait_ready()
         code = main(["soak", "--url", server.url, "--target", str(EMBEDDED_TARGET), "--admin-key-file",
-                     str(tokens / "ops"), "--duration", "45", "--concurrency", str(4 * MAX_RUNNING),
+                     str(server.admin_token), "--duration", "45", "--concurrency", str(4 * MAX_RUNNING),
                      "--max-new-tokens", "24", "--change-every", "2", "--out", str(tmp_path / "soak")])
         report = json.loads((tmp_path / "soak" / "soak.json").read_text())
         print({k: v for k, v in report.items() if k not in ("tokens_per_s", "rss_mb")})
