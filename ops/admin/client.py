@@ -83,6 +83,11 @@ class AdminClient:
             request.expected_version = expected_version
         return self._call(self.stub.Calibrate, request)
 
+    def restart(self, timeout_s: float = 0.0) -> pb.RestartResponse:
+        """Blocks until the replica serves again (timeout_s 0: the server's default, 1800 s)."""
+        wait = timeout_s or 1800.0
+        return self._call(self.stub.Restart, pb.RestartRequest(timeout_s=wait), timeout=wait + 30.0)
+
     def serving(self) -> bool:
         """grpc.health.v1 of the Admin service: SERVING once the replica's scheduler answers."""
         stub = health_pb2_grpc.HealthStub(self.channel)

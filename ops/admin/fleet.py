@@ -10,6 +10,9 @@
                 replica already changed is rolled back to v_r, conditional on the version it was given
 
 Each replica's outcome is reported; the change converged only when every replica applied it.
+
+A rolling restart (`rolling_restart`) restarts one replica at a time, each only while every other replica
+serves, and stops at the first that does not serve again: at most one replica is ever out.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ class ReplicaOutcome:
     address: str
     version_before: Optional[int] = None
     version_after: Optional[int] = None
-    result: str = "pending"  # applied | validated | refused | rolled back | not applied | unreachable
+    result: str = "pending"  # applied | validated | refused | rolled back | not applied | unreachable | restarted
     detail: str = ""
 
     def to_dict(self) -> dict:
@@ -150,3 +153,26 @@ def undo(clients: list[AdminClient], outcomes: list[ReplicaOutcome]) -> None:
 def finish(outcomes: list[ReplicaOutcome], summary: str) -> FleetResult:
     converged = all(o.result == "applied" for o in outcomes)
     return FleetResult(outcomes, converged, summary or ("converged" if converged else "not converged"))
+
+
+def rolling_restart(clients: list[AdminClient], timeout_s: float = 0.0,
+                    log: Callable[[str], None] = lambda _: None) -> FleetResult:
+    outcomes = [ReplicaOutcome(c.address) for c in clients]
+    for i, client in enumerate(clients):
+        others_down = [c.address for c in clients if c is not client and not c.serving()]
+        if others_down:
+            outcomes[i].detail = f"not restarted: {', '.join(others_down)} not serving"
+            break
+        log(f"restarting {client.address}")
+        try:
+            reply = client.restart(timeout_s)
+        except Exception as err:  # reported; the next replicas stay up
+            outcomes[i].result, outcomes[i].detail = "failed", describe(err)
+            break
+        outcomes[i].result, outcomes[i].version_after = "restarted", reply.state.version
+        outcomes[i].detail = f"serving again after {reply.seconds:.1f} s (start {reply.starts})"
+    for outcome in outcomes:
+        if outcome.result == "pending":
+            outcome.result = "not restarted"
+    converged = all(o.result == "restarted" for o in outcomes)
+    return FleetResult(outcomes, converged, "every replica restarted" if converged else "not every replica restarted")

@@ -1,7 +1,7 @@
 """The dspark.admin.v1 Admin servicer: thin RPC handlers over the replica backend (backend.py).
 
 Reads (GetState, History, WatchState) need a reader or admin credential; changes (UpdateState, Rollback,
-ProfileSps, Calibrate) need an admin one, pass the per-caller rate limit, and each attempt is audited whatever its
+ProfileSps, Calibrate, Restart) need an admin one, pass the per-caller rate limit, and each attempt is audited whatever its
 outcome. A change is one envelope-form `dspark` update (integration/runtime_state.py), so validation,
 versioning and history happen in the schedulers, atomically. Status codes:
 
@@ -12,6 +12,8 @@ versioning and history happen in the schedulers, atomically. Status codes:
     PERMISSION_DENIED   a reader called a change
     RESOURCE_EXHAUSTED  over the caller's update rate
     UNAVAILABLE         the SGLang server did not answer
+    FAILED_PRECONDITION Restart (ProfileSps) on an admin server that has no supervisor (profiler)
+    DEADLINE_EXCEEDED   Restart: the replica did not serve again within the request's timeout
 """
 from __future__ import annotations
 
@@ -20,15 +22,17 @@ import inspect
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 import grpc
 
 from dspark.integration.runtime_state import PREVIOUS, VersionConflict
 from dspark.kernels.sps import SpsTable
+from dspark.models.decoding.settings import names
 from dspark.models.decoding.sps_profile import load_sps
 from dspark.models.errors import ConfigError
 from dspark.ops.admin.backend import ReplicaUnavailable, SGLangBackend
+from dspark.ops.admin.restart import RestartChannel
 from dspark.ops.admin.convert import message_to_settings, settings_to_message, state_message
 from dspark.ops.admin.security import AuditLog, Caller, Denied, RateLimiter, TokenBook, authorize
 from dspark.ops.admin.tracing import rpc_span
@@ -38,6 +42,14 @@ from dspark.ops.admin.v1 import admin_pb2_grpc
 DEFAULT_WATCH_INTERVAL_S = 1.0
 DEFAULT_CALIBRATION_SAMPLES = 64
 DEFAULT_SPS_SAMPLES = 256
+DEFAULT_RESTART_TIMEOUT_S = 1800.0  # a large model's start on a GPU node: the chart's startup-probe budget
+RESTART_POLL_S = 0.5
+
+T = TypeVar("T")
+
+
+class RestartTimeout(Exception):
+    """The replica did not serve again in time after a restart."""
 
 
 def traced(handler):
@@ -66,6 +78,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     limiter: RateLimiter
     audit: AuditLog
     profile: Optional[Callable[[], tuple[SpsTable, Path]]] = None  # measure and save a new SPS table
+    restarts: Optional[RestartChannel] = None  # to the `dspark serve` that supervises SGLang (restart.py)
 
     # ------------------------------------------------------------------ reads
 
@@ -147,6 +160,29 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         return pb.CalibrateResponse(state=response.state, samples=before["samples"],
                                     ece_before=[nan_for_null(e) for e in before["ece"]])
 
+    @traced
+    def Restart(self, request, context):
+        if self.restarts is None:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this admin server was not started by `dspark serve`: "
+                                                              "nothing here can restart SGLang")
+        timeout = request.timeout_s if request.timeout_s > 0 else DEFAULT_RESTART_TIMEOUT_S
+        began = time.monotonic()
+
+        def restart(_caller: Caller) -> tuple[dict, dict, int]:
+            before = self.backend.report()
+            starts = self.restarts.starts()
+            self.restarts.request({name: before[name] for name in names()})
+            while self.restarts.starts() == starts or not self.backend.ready():
+                if time.monotonic() - began > timeout:
+                    raise RestartTimeout(f"the replica did not serve again within {timeout:g} s")
+                time.sleep(RESTART_POLL_S)
+            return before, self.backend.report(), self.restarts.starts()
+        audit, (before, after, starts) = self.attempt(context, "Restart", restart)
+        seconds = time.monotonic() - began
+        self.audit.record(**audit, result="restarted", version_before=before["version"],
+                          version_after=after["version"], detail=f"serving again after {seconds:.1f} s")
+        return pb.RestartResponse(state=state_message(after), seconds=seconds, starts=starts)
+
     # ---------------------------------------------------------------- helpers
 
     def reader(self, context, rpc: str) -> Caller:
@@ -161,8 +197,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         except ReplicaUnavailable as err:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
 
-    def change(self, context, rpc: str, envelope: Callable[[Caller], dict]) -> pb.UpdateStateResponse:
-        """Authorize, rate-limit, apply and audit one change; abort with the status of the module docstring."""
+    def attempt(self, context, rpc: str, action: Callable[[Caller], T]) -> tuple[dict, T]:
+        """Authorize and rate-limit a change, then run action(caller): (its audit fields, its result). A refusal
+        or failure is audited and aborts the RPC with the status of the module docstring."""
         audit = dict(rpc=rpc, caller="anonymous", peer=context.peer())
         try:
             caller = authorize(self.tokens, context, rpc)
@@ -170,8 +207,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             if not self.limiter.allow(caller.name):
                 raise Denied(grpc.StatusCode.RESOURCE_EXHAUSTED, f"update rate limit ({self.limiter.rate}/s, "
                                                                  f"burst {self.limiter.burst}) exceeded", caller.name)
-            before = self.backend.report()
-            outcome = self.backend.update(envelope(caller))
+            return audit, action(caller)
         except Denied as denied:
             self.refuse(context, {**audit, "caller": denied.caller}, denied.code, denied.reason)
         except VersionConflict as err:
@@ -180,8 +216,15 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             self.refuse(context, audit, grpc.StatusCode.INVALID_ARGUMENT, str(err))
         except ReplicaUnavailable as err:
             self.refuse(context, audit, grpc.StatusCode.UNAVAILABLE, str(err))
+        except RestartTimeout as err:
+            self.refuse(context, audit, grpc.StatusCode.DEADLINE_EXCEEDED, str(err))
         except Exception as err:  # a failed profile, say: still one audit line, and the caller learns why
             self.refuse(context, audit, grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}")
+
+    def change(self, context, rpc: str, envelope: Callable[[Caller], dict]) -> pb.UpdateStateResponse:
+        """Apply and audit one envelope-form change (see attempt)."""
+        audit, (before, outcome) = self.attempt(
+            context, rpc, lambda caller: (self.backend.report(), self.backend.update(envelope(caller))))
         before_state = {k: before[k] for k in outcome["state"]}
         self.audit.record(**audit, result="applied" if outcome["applied"] else "validated", before=before_state,
                           after=outcome["state"], version_before=before["version"],

@@ -5,9 +5,11 @@
     dspark admin set     --k8s-service prod/dspark-admin --canary 1 --canary-wait 60 --max-verify-length null
     dspark admin watch   --replica A --replica B --interval 2 --duration 30
     dspark admin rollback | history | profile-sps | calibrate   (same addressing)
+    dspark admin restart --k8s-service prod/dspark-admin --token-file admin   # rolling, one replica at a time
 
 Replicas: --replica (repeatable), --dns, --k8s-service (ops/admin/discovery.py). `set` is the two-phase
-fleet change of ops/admin/fleet.py; the exit status is 0 only when every replica converged. Tables by
+fleet change of ops/admin/fleet.py; the exit status is 0 only when every replica converged. `restart` drains
+and restarts each replica's SGLang in place, keeping its live settings (ops/admin/restart.py). Tables by
 default, JSON with --json.
 """
 from __future__ import annotations
@@ -24,10 +26,10 @@ from dspark.models.errors import ConfigError
 from dspark.ops.admin import discovery
 from dspark.ops.admin.client import AdminClient, Credentials
 from dspark.ops.admin.convert import message_to_settings
-from dspark.ops.admin.fleet import describe, fleet_update, in_parallel
+from dspark.ops.admin.fleet import describe, fleet_update, in_parallel, rolling_restart
 from dspark.ops.commands.settings_args import add_settings_patch_args, settings_patch
 
-ACTIONS = ("get", "set", "watch", "rollback", "history", "profile-sps", "calibrate")
+ACTIONS = ("get", "set", "watch", "rollback", "history", "profile-sps", "calibrate", "restart")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,6 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              help="fit the table to the round times measured on live traffic instead of profiling")
             sub.add_argument("--min-samples", type=int, default=0,
                              help="--from-traffic: measured rounds the live window must hold (default 256)")
+        if action == "restart":
+            sub.add_argument("--restart-timeout", type=float, default=0.0,
+                             help="seconds each replica gets to serve again (default 1800)")
         sub.set_defaults(func=run)
 
 
@@ -198,6 +203,13 @@ def run_calibrate(args, fleet) -> int:
     return int(any("error" in r for r in rows))
 
 
+def run_restart(args, fleet) -> int:
+    log = (lambda line: print(line, file=sys.stderr)) if not args.json else (lambda _: None)
+    result = rolling_restart(fleet, args.restart_timeout, log)
+    emit(args, [o.to_dict() for o in result.outcomes], summary=result.summary)
+    return 0 if result.converged else 1
+
+
 def emit(args, rows: list[dict], summary: str = "") -> None:
     if args.json:
         print(json.dumps({"replicas": rows, **({"summary": summary} if summary else {})}, indent=1))
@@ -221,4 +233,5 @@ def format_cell(value) -> str:
 
 
 ACTION_RUNNERS = {"get": run_get, "set": run_set, "watch": run_watch, "rollback": run_rollback,
-                  "history": run_history, "profile-sps": run_profile_sps, "calibrate": run_calibrate}
+                  "history": run_history, "profile-sps": run_profile_sps, "calibrate": run_calibrate,
+                  "restart": run_restart}

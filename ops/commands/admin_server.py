@@ -20,6 +20,7 @@ from dspark.models.cache import cache_root
 from dspark.models.errors import ConfigError
 from dspark.ops.admin import server, tracing
 from dspark.ops.admin.backend import SGLangBackend
+from dspark.ops.admin.restart import RestartChannel
 from dspark.ops.admin.security import AuditLog, RateLimiter, TlsFiles, TokenBook, check_listen_address
 from dspark.ops.admin.service import AdminService
 
@@ -106,6 +107,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sglang-url", required=True, help="the replica's HTTP address, e.g. http://127.0.0.1:30000")
     parser.add_argument("--sglang-admin-key-file", type=Path, default=None,
                         help="file with SGLang's --admin-api-key (needed for /set_internal_state)")
+    parser.add_argument("--supervisor-pid", type=int, default=None,
+                        help="(set by `dspark serve`) the process that restarts SGLang on the Restart RPC")
+    parser.add_argument("--supervisor-folder", type=Path, default=None,
+                        help="(set by `dspark serve`) its private folder, where a restart hands the settings over")
     add_admin_args(parser)
     add_otlp_args(parser)
     parser.set_defaults(func=run)
@@ -133,8 +138,11 @@ def run(args: argparse.Namespace) -> int:
     key = args.sglang_admin_key_file.read_text().strip() if args.sglang_admin_key_file else None
     backend = SGLangBackend(args.sglang_url.rstrip("/"), key)
     audit = AuditLog(args.admin_audit_log or cache_root() / "admin" / f"audit-{args.admin_port}.jsonl")
+    if (args.supervisor_pid is None) != (args.supervisor_folder is None):
+        raise ConfigError("--supervisor-pid and --supervisor-folder go together")
+    restarts = RestartChannel(args.supervisor_folder, args.supervisor_pid) if args.supervisor_pid else None
     service = AdminService(backend, book, RateLimiter(args.admin_update_rate, args.admin_update_burst), audit,
-                           sps_profiler(backend))
+                           sps_profiler(backend), restarts)
     tls = TlsFiles(args.admin_tls_cert, args.admin_tls_key, args.admin_tls_client_ca)
     running = server.start(service, args.admin_host, args.admin_port, tls, args.admin_insecure)
     if args.admin_metrics_port is not None:

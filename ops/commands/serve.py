@@ -19,6 +19,9 @@ signal. SGLang then drains: its health checks answer 503, new generation request
 (the plugin, integration/drain.py), the requests in flight finish, and it exits 0, which is this command's
 status. Should it still run --drain-timeout seconds later, its process tree is killed and the status is 1.
 The pod's terminationGracePeriodSeconds must exceed --drain-timeout (README "Deploy to Kubernetes").
+
+Restart in place (the admin API's Restart, ops/admin/restart.py): on SIGHUP, SGLang drains the same way and is
+started again, with the live settings the sidecar handed over as its initial state; the sidecar keeps running.
 """
 from __future__ import annotations
 
@@ -41,8 +44,10 @@ from dspark.integration.server import (CPU_ENV, CPU_MAX_TOTAL_TOKENS, cpu_server
                                        server_environment)
 from dspark.models.cache import cache_root
 from dspark.models.checkpoint import read_drafter_config
+from dspark.models.decoding.settings import VerifySettings
 from dspark.models.errors import ConfigError
 from dspark.models.training.run import load_target_config
+from dspark.ops.admin.restart import RESTART_SIGNAL, RestartChannel
 from dspark.ops.commands.admin_server import add_admin_args, add_otlp_args, admin_arg_list, check_admin_args
 from dspark.ops.commands.settings_args import add_settings_args, settings_from_args
 
@@ -145,13 +150,14 @@ def sidecar_command(args: argparse.Namespace) -> list[str]:
     """The admin server beside SGLang (README: why a sidecar process)."""
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     return [sys.executable, "-m", "dspark.ops.cli", "admin-server", "--sglang-url", f"http://{host}:{args.port}",
-            "--sglang-admin-key-file", str(secrets_dir(args) / "admin-key"), *admin_arg_list(args)]
+            "--sglang-admin-key-file", str(secrets_dir(args) / "admin-key"), "--supervisor-pid", str(os.getpid()),
+            "--supervisor-folder", str(secrets_dir(args)), *admin_arg_list(args)]
 
 
-def wait_draining(server: subprocess.Popen, stopping: threading.Event, drain_timeout: float) -> int:
-    """SGLang's exit status; once `stopping` is set it gets drain_timeout seconds, then its tree is killed (1)."""
+def wait_draining(server: subprocess.Popen, draining: threading.Event, drain_timeout: float) -> int:
+    """SGLang's exit status; once `draining` is set it gets drain_timeout seconds, then its tree is killed (1)."""
     while server.poll() is None:
-        if stopping.wait(timeout=1.0):
+        if draining.wait(timeout=1.0):
             try:
                 return server.wait(timeout=drain_timeout)
             except subprocess.TimeoutExpired:
@@ -161,6 +167,19 @@ def wait_draining(server: subprocess.Popen, stopping: threading.Event, drain_tim
                 server.wait()
                 return 1
     return server.returncode
+
+
+def restart_environment(env: dict[str, str], settings: dict | None, gamma: int) -> dict[str, str]:
+    """`env` with `settings` (a restart's hand-over) as the initial state; unchanged when they do not check out."""
+    if settings is None:
+        return env
+    try:
+        state = VerifySettings.from_dict(settings).check_gamma(gamma)
+    except ConfigError as err:
+        print(f"dspark serve: restarting with the initial settings: the handed-over ones are invalid: {err}",
+              file=sys.stderr)
+        return env
+    return {**env, **dspark_env(state.to_dict())}
 
 
 def kill_tree(pid: int) -> None:
@@ -182,24 +201,42 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return 0
     write_secrets(secrets_dir(args), admin_key(args))
+    restarts = RestartChannel(secrets_dir(args))
+    restarts.reset()
     # A neutral working directory: `python -m` puts it on sys.path, and a checkout's bare kernels/ would shadow
     # the `kernels` package SGLang depends on (all paths are absolute by now).
     neutral = cache_root() / "serve"
-    processes = [subprocess.Popen(command, env=server_environment(cpu, env), cwd=neutral)]
-    if sidecar:
-        processes.append(subprocess.Popen(sidecar, cwd=neutral))
-    stopping = threading.Event()
+    start = lambda environment: subprocess.Popen(command, env=server_environment(cpu, environment), cwd=neutral)
+    server = start(env)
+    restarts.record_start()
+    sidecar_process = subprocess.Popen(sidecar, cwd=neutral) if sidecar else None
+    stopping, draining = threading.Event(), threading.Event()
 
     def forward(sig, _frame) -> None:
-        for process in processes:
-            if process.poll() is None:
+        for process in (server, sidecar_process):
+            if process is not None and process.poll() is None:
                 process.send_signal(sig)
         stopping.set()
+        draining.set()
+
+    def drain_for_restart(_sig, _frame) -> None:
+        if not stopping.is_set() and server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+            draining.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
-    code = wait_draining(processes[0], stopping, args.drain_timeout)
-    for process in processes[1:]:
-        process.terminate()
-        process.wait()
+    signal.signal(RESTART_SIGNAL, drain_for_restart)
+    gamma = read_drafter_config(args.drafter).gamma if args.drafter is not None else 0
+    while True:
+        code = wait_draining(server, draining, args.drain_timeout)
+        if stopping.is_set() or not draining.is_set():  # shut down, or SGLang ended by itself: so does serve
+            break
+        print(f"dspark serve: SGLang drained (status {code}); starting it again", file=sys.stderr, flush=True)
+        draining.clear()
+        server = start(restart_environment(env, restarts.take_settings(), gamma))
+        restarts.record_start()
+    if sidecar_process is not None:
+        sidecar_process.terminate()
+        sidecar_process.wait()
     return code

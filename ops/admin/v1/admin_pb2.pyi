@@ -191,3 +191,19 @@ class CalibrateResponse(_message.Message):
     ece_before: _containers.RepeatedScalarFieldContainer[float]
     samples: int
     def __init__(self, state: _Optional[_Union[State, _Mapping]] = ..., ece_before: _Optional[_Iterable[float]] = ..., samples: _Optional[int] = ...) -> None: ...
+
+class RestartRequest(_message.Message):
+    __slots__ = ("timeout_s",)
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    timeout_s: float
+    def __init__(self, timeout_s: _Optional[float] = ...) -> None: ...
+
+class RestartResponse(_message.Message):
+    __slots__ = ("state", "seconds", "starts")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STARTS_FIELD_NUMBER: _ClassVar[int]
+    state: State
+    seconds: float
+    starts: int
+    def __init__(self, state: _Optional[_Union[State, _Mapping]] = ..., seconds: _Optional[float] = ..., starts: _Optional[int] = ...) -> None: ...

@@ -69,6 +69,11 @@ class AdminStub:
                 request_serializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.CalibrateRequest.SerializeToString,
                 response_deserializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.CalibrateResponse.FromString,
                 _registered_method=True)
+        self.Restart = channel.unary_unary(
+                '/dspark.admin.v1.Admin/Restart',
+                request_serializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.RestartRequest.SerializeToString,
+                response_deserializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.RestartResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -125,6 +130,16 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Restart(self, request, context):
+        """Restart this replica's SGLang in place, keeping its live settings: it drains (requests in flight finish,
+        new ones get 503 with Retry-After) and starts again; answers once it serves. Admin role.
+        FAILED_PRECONDITION: the admin server was not started by `dspark serve` (nothing can restart SGLang);
+        DEADLINE_EXCEEDED: not serving again within timeout_s.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -162,6 +177,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Calibrate,
                     request_deserializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.CalibrateRequest.FromString,
                     response_serializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.CalibrateResponse.SerializeToString,
+            ),
+            'Restart': grpc.unary_unary_rpc_method_handler(
+                    servicer.Restart,
+                    request_deserializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.RestartRequest.FromString,
+                    response_serializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.RestartResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -353,6 +373,33 @@ class Admin:
             '/dspark.admin.v1.Admin/Calibrate',
             dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.CalibrateRequest.SerializeToString,
             dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.CalibrateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Restart(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dspark.admin.v1.Admin/Restart',
+            dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.RestartRequest.SerializeToString,
+            dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.RestartResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,129 @@
+"""A replica restarted under load through the admin API (issue 17): no request a retrying client sends is lost.
+
+`dspark serve` of the embedded target with DSpark and its admin sidecar; four clients send greedy requests
+in a loop, retrying a refusal (503 while the replica drains) or a refused connection (while SGLang starts
+again), as a client behind a Kubernetes Service or a router would. Mid-load the Restart RPC drains and
+restarts SGLang. Every request must end answered with the target's own tokens, the live settings must
+survive the restart, and the supervisor and sidecar must stay the same processes."""
+from __future__ import annotations
+
+import copy
+import http.client
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import psutil
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tests.integration.dspark_serve import DsparkServe
+from tests.paths import EMBEDDED_TARGET
+
+PROMPTS = ["def fibonacci(n):", "class Stack:\n    ", "import json\n\n\ndef load(", "for key, value in ",
+           "# sort a list of numbers\n", "while True:\n    "]
+CLIENTS = 4
+MAX_NEW_TOKENS = 64
+RETRY_FOR_S = 600.0  # a retrying client gives up after this long: a request it gives up on is lost
+
+
+def generate(url: str, prompt: str) -> tuple[list[int], list[str]]:
+    """The answer's token ids, retrying as a client should; and why each earlier try failed."""
+    body = json.dumps({"text": prompt, "sampling_params": {"max_new_tokens": MAX_NEW_TOKENS, "temperature": 0,
+                                                           "ignore_eos": True}}).encode()
+    failures, deadline = [], time.monotonic() + RETRY_FOR_S
+    while time.monotonic() < deadline:
+        request = urllib.request.Request(url + "/generate", data=body, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                return json.loads(response.read())["output_ids"], failures
+        except urllib.error.HTTPError as err:
+            if err.code != 503:
+                raise AssertionError(f"{prompt!r}: HTTP {err.code}: {err.read()[:300]!r}")
+            failures.append("503")
+            time.sleep(float(err.headers.get("Retry-After", "1")))
+        except (urllib.error.URLError, http.client.HTTPException, ConnectionError) as err:
+            failures.append(type(getattr(err, "reason", err)).__name__)
+            time.sleep(1.0)
+    raise AssertionError(f"{prompt!r}: lost, no answer within {RETRY_FOR_S:g} s ({len(failures)} tries)")
+
+
+@pytest.fixture(scope="module")
+def reference():
+    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_TARGET)
+    model = AutoModelForCausalLM.from_pretrained(EMBEDDED_TARGET, dtype=torch.float32).eval()
+    config = copy.deepcopy(model.generation_config)
+    config.update(eos_token_id=None, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, pad_token_id=0)
+    answers = {}
+    for prompt in PROMPTS:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        with torch.no_grad():
+            answers[prompt] = model.generate(ids, generation_config=config)[0, ids.shape[1]:].tolist()
+    return answers
+
+
+def test_restart_under_load_keeps_settings_and_loses_no_retried_request(tmp_path, reference):
+    server = DsparkServe.alone(tmp_path).start()
+    try:
+        server.wait_ready()
+        admin, reader = server.client(server.admin_token), server.client(server.reader_token)
+        with pytest.raises(grpc.RpcError) as refused:
+            reader.restart(timeout_s=5)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        admin.update({"max_verify_length": 3})
+        sidecar_pids = {p.pid for p in children(server)}
+
+        stop, results = threading.Event(), []
+
+        def client(number: int) -> None:
+            sent = 0
+            while not stop.is_set():
+                prompt = PROMPTS[(number + sent) % len(PROMPTS)]
+                answer, failures = generate(server.url, prompt)
+                results.append((prompt, answer, failures, time.monotonic()))
+                sent += 1
+
+        with ThreadPoolExecutor(max_workers=CLIENTS) as pool:
+            clients = [pool.submit(client, n) for n in range(CLIENTS)]
+            wait_until(lambda: results, "a first answer")  # load running, requests in flight
+            began = time.monotonic()
+            reply = admin.restart(timeout_s=500)
+            served_again = time.monotonic()
+            wait_until(lambda: any(at > served_again for *_, at in results), "an answer from the restarted server")
+            stop.set()
+            for future in clients:
+                future.result()  # a lost request raises here
+
+        assert reply.starts == 2 and reply.seconds > 0
+        assert reply.state.settings.max_verify_length == 3 and reply.state.settings.policy == "fixed"
+        assert admin.get().settings.max_verify_length == 3
+        wrong = [(p, a) for p, a, _, _ in results if a != reference[p]]
+        assert not wrong, f"{len(wrong)} of {len(results)} answers differ from the target's: {wrong[:2]}"
+        retried = [f for _, _, f, _ in results if f]
+        assert retried, "no request met the restart: the load did not span it"
+        assert any(at < began for *_, at in results)
+        assert server.process.poll() is None, "dspark serve itself must keep running"
+        assert {p.pid for p in children(server)} & sidecar_pids, "the admin sidecar must not be restarted"
+        audit = [json.loads(line) for line in server.audit_log.read_text().splitlines()]
+        assert [a["result"] for a in audit if a["rpc"] == "Restart"] == ["permission_denied", "restarted"]
+        print(f"{len(results)} requests answered identically, {len(retried)} retried "
+              f"({sum(len(f) for f in retried)} tries refused); restart took {reply.seconds:.1f} s")
+    finally:
+        server.stop()
+
+
+def wait_until(condition, what: str, timeout_s: float = RETRY_FOR_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s:g} s"
+        time.sleep(0.2)
+
+
+def children(server: DsparkServe) -> list[psutil.Process]:
+    """The admin sidecar(s) of `dspark serve`."""
+    return [p for p in psutil.Process(server.process.pid).children() if "admin-server" in " ".join(p.cmdline())]
