@@ -71,8 +71,9 @@ bench-trace: setup
 		--out bench/results/trace-overhead
 
 # A load-and-fault soak of the served stack (issue 17): greedy answers checked against the target alone, sampled
-# and streamed calls, prompts beyond the context, disconnects, malformed bodies and live state changes at 32
-# clients (4x the server's 8 running requests). SOAK_SECONDS=600 for the README's run: bench/results/soak/.
+# and streamed calls, prompts beyond the context, disconnects, malformed bodies and live state changes (over HTTP
+# and the gRPC admin API) at 32 clients (4x the server's 8 running requests). SOAK_SECONDS=600 for the README's
+# run: bench/results/soak/.
 soak: setup
 	bash scripts/soak.sh
 

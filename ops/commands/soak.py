@@ -5,8 +5,9 @@
 
 First the target's own greedy answers to the greedy prompts are computed with transformers (no speculation),
 then `--concurrency` clients send a weighted mix of requests for `--duration` seconds while a changer thread
-switches the live dspark state every `--change-every` seconds through `/set_internal_state` (policies,
-thresholds, verify limits, and an invalid update that must be refused):
+switches the live dspark state every `--change-every` seconds (policies, thresholds, verify limits, and an
+invalid update that must be refused) through `/set_internal_state` and, given `--admin-address`, in turns
+through the gRPC admin API:
 
     greedy       /generate (token ids) or /v1/completions, streamed or not: must equal the reference
     sampled      /v1/chat/completions at temperature 0.8, streamed or not: must answer
@@ -37,9 +38,11 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import urlparse
 
+import grpc
 import psutil
 
 from dspark.models.errors import ConfigError
+from dspark.ops.admin.client import AdminClient, Credentials
 
 WEIGHTS = {"greedy": 10, "sampled": 3, "long": 1, "too-long": 1, "disconnect": 2, "malformed": 2}
 GREEDY_PROMPTS = ("def fibonacci(n):", "import os\nimport sys\n\n\ndef main(", "class Node:\n    ",
@@ -79,6 +82,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--target", type=Path, required=True, help="the served target (for the greedy references)")
     parser.add_argument("--admin-key-file", type=Path, default=None,
                         help="SGLang's admin key, for the live state changes (none: no changes)")
+    parser.add_argument("--admin-address", default=None,
+                        help="the replica's gRPC admin API (host:port): every other four changes go through it")
+    parser.add_argument("--admin-token-file", type=Path, default=None, help="an admin token of the gRPC admin API")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of load (it stops by itself)")
     parser.add_argument("--concurrency", type=int, default=16, help="clients sending at once")
     parser.add_argument("--max-new-tokens", type=int, default=32)
@@ -141,10 +147,11 @@ class Client:
 
 
 class Soak:
-    def __init__(self, args: argparse.Namespace, references, tokenizer, context: int, admin_key: Optional[str]):
+    def __init__(self, args: argparse.Namespace, references, tokenizer, context: int, admin_key: Optional[str],
+                 admin: Optional[AdminClient]):
         self.args, self.references, self.tokenizer, self.context = args, references, tokenizer, context
         self.client = Client(args.url, timeout_s=max(120.0, args.duration))
-        self.admin_key, self.begin = admin_key, time.monotonic()
+        self.admin_key, self.admin, self.begin = admin_key, admin, time.monotonic()
         self.outcomes: list[Outcome] = []
         self.changes: Counter = Counter()
         self.rss: list[tuple[float, float]] = []
@@ -243,22 +250,35 @@ class Soak:
     # ------------------------------------------------------------------ beside the load
 
     def change_state(self) -> None:
-        """Cycle the live state; every fourth change is an invalid one that must be refused (400)."""
+        """Cycle the live state, four changes over HTTP, then four over gRPC (when given), and so on; the fourth
+        of each four is an invalid one that must be refused (HTTP 400, INVALID_ARGUMENT)."""
         step = 0
         while self.now() < self.args.duration:
             time.sleep(self.args.change_every)
             invalid = step % 4 == 3
             update = INVALID_UPDATE if invalid else STATE_CYCLE[step % len(STATE_CYCLE)]
-            try:
-                status, _ = self.client.call("/set_internal_state", {"server_args": {"dspark": update}},
-                                             key=self.admin_key)
-                result = ("refused" if status == 400 else f"HTTP {status}") if invalid else \
-                    ("applied" if status == 200 else f"HTTP {status}")
-            except (OSError, http.client.HTTPException) as err:
-                result = type(err).__name__
+            over_grpc = self.admin is not None and (step // 4) % 2 == 1
+            result = self.change_over_grpc(update) if over_grpc else self.change_over_http(update)
+            if result in ("applied", "refused") and (result == "refused") != invalid:
+                result = "wrongly " + result
             with self.lock:
-                self.changes[result] += 1
+                self.changes[f"{result} via {'gRPC' if over_grpc else 'HTTP'}"] += 1
             step += 1
+
+    def change_over_http(self, update: dict) -> str:
+        try:
+            status, _ = self.client.call("/set_internal_state", {"server_args": {"dspark": update}},
+                                         key=self.admin_key)
+        except (OSError, http.client.HTTPException) as err:
+            return type(err).__name__
+        return {200: "applied", 400: "refused"}.get(status, f"HTTP {status}")
+
+    def change_over_grpc(self, update: dict) -> str:
+        try:
+            self.admin.update(update)
+        except grpc.RpcError as err:
+            return "refused" if err.code() == grpc.StatusCode.INVALID_ARGUMENT else err.code().name
+        return "applied"
 
     def sample_rss(self, server: Optional[psutil.Process]) -> None:
         while self.now() < self.args.duration and server is not None:
@@ -305,7 +325,7 @@ def summarize(soak: Soak, healthy: bool) -> dict:
     }
     report["passed"] = (report["lost"] == 0 and report["greedy_identical"] == report["greedy"] and healthy
                         and report["malformed_4xx"] == report["malformed"] and not report["failed"]
-                        and all(k in ("applied", "refused") for k in soak.changes)
+                        and all(k.split()[0] in ("applied", "refused") for k in soak.changes)
                         and (rss_drift is None or abs(rss_drift) <= 0.10))
     return report
 
@@ -335,8 +355,11 @@ def plot(report: dict, path: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.duration <= 0 or args.concurrency < 1 or args.max_new_tokens < 1 or args.change_every <= 0:
         raise ConfigError("--duration, --concurrency, --max-new-tokens and --change-every must be positive")
-    if args.admin_key_file is not None and not args.admin_key_file.is_file():
-        raise ConfigError(f"admin key file {args.admin_key_file} does not exist")
+    for flag, path in (("admin key", args.admin_key_file), ("admin token", args.admin_token_file)):
+        if path is not None and not path.is_file():
+            raise ConfigError(f"{flag} file {path} does not exist")
+    if args.admin_address and (args.admin_token_file is None or args.admin_key_file is None):
+        raise ConfigError("--admin-address needs --admin-token-file, and --admin-key-file: changes run only with it")
     client = Client(args.url, timeout_s=60)
     try:
         status, info = client.call("/server_info", None, method="GET")
@@ -344,7 +367,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"no server answers at {args.url}: {err}") from None
     references, tokenizer = greedy_references(args.target, args.max_new_tokens)
     key = args.admin_key_file.read_text().strip() if args.admin_key_file else None
-    soak = Soak(args, references, tokenizer, int(info["max_req_input_len"]), key)
+    admin = AdminClient(args.admin_address, Credentials(args.admin_token_file.read_text().strip()), timeout_s=30) \
+        if args.admin_address else None
+    soak = Soak(args, references, tokenizer, int(info["max_req_input_len"]), key, admin)
     threads = [threading.Thread(target=soak.sample_rss, args=(listening_process(urlparse(args.url).port),))]
     if key:
         threads.append(threading.Thread(target=soak.change_state))
