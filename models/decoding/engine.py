@@ -63,6 +63,7 @@ class BatchRound:
     committed: int  # sum of (n + 1): accepted drafts plus the correction/bonus, before EOS/max_new_tokens cuts
     draft_s: float  # drafting and allocation
     verify_s: float  # the target forward, acceptance and commit
+    drafted: bool  # whether the drafter ran (False: a plain round, the drafting gate skipped it)
 
 
 @dataclass
@@ -158,7 +159,7 @@ class SpeculativeDecoder:
         batch.gate.observe(drafting, time.perf_counter() - began, committed / len(batch.rows))
         if trace is not None:
             trace.append(BatchRound(len(batch.rows), int(lengths.sum()) + len(batch.rows), committed,
-                                    drafted - began, time.perf_counter() - drafted))
+                                    drafted - began, time.perf_counter() - drafted, drafting))
         return batch.keep(self.record(results, batch.rows, block, lengths, verdict, draft_tokens, config, start))
 
     def draft(self, state, context, anchor, sampling, generator) -> Optional[DraftBlock]:

@@ -102,3 +102,25 @@ def plot_load(measured: list, simulated: list, path: Path, title: str) -> Path:
     axes[0].legend(fontsize=7, ncol=2)
     fig.suptitle(title + ("; dashed: simulation from the measured SPS curve and acceptance traces" if simulated else ""))
     return save(fig, path)
+
+
+def plot_accepted_lengths(panels: Dict[str, Dict[str, list]], path: Path, title: str) -> Path:
+    """panels: panel title -> {label: accepted-length histogram (acceptance.accepted_histogram)}; grouped bars
+    of the share of rounds that accepted n drafts, i.e. committed n + 1 tokens for one target forward."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False, sharey=True)
+    for ax, (name, series) in zip(axes[0], panels.items()):
+        width = 0.8 / max(len(series), 1)
+        for i, (label, counts) in enumerate(series.items()):
+            total = max(sum(counts), 1)
+            mean = sum(n * c for n, c in enumerate(counts)) / total
+            ax.bar([n + i * width for n in range(len(counts))], [c / total for c in counts], width,
+                   label=f"{label} (mean accepted {mean:.2f}, {sum(counts)} rounds)")
+        longest = max((len(c) for c in series.values()), default=1)
+        ax.set_xticks([n + 0.4 - width / 2 for n in range(longest)], [str(n) for n in range(longest)])
+        ax.set_xlabel("drafts accepted in the round (tokens committed - 1)")
+        ax.set_title(name)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("share of verify rounds")
+    fig.suptitle(title)
+    return save(fig, path)

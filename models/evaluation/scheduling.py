@@ -9,7 +9,15 @@ stays full for most of it. Per run (all from the engine's own timings, BatchRoun
   tau                mean tokens committed per request per target forward, sum(n + 1) / sum(R)
   request_tok_s      mean over requests of tokens / (finished - admitted): the per-user speed
   admission_s        the rest of the wall time: prefills of joining requests and batch bookkeeping
-  rounds             per round [R, B, seconds]; with admission_s, the simulator's cost fit
+  rounds             per round [R, B, seconds, drafted 0/1]; with admission_s, the simulator's cost fit
+  request_rounds     sum(R): request-rounds, one target forward each for each request
+  accepted_histogram request-rounds by drafts accepted, 0..gamma (acceptance.accepted_histogram)
+  drafted_share      share of rounds that ran the drafter (below 1 when the drafting gate skipped it)
+  vs_no_spec         goodput / the no-speculation run's goodput at the same concurrency (with_no_spec_ratio)
+
+Every measure_load decodes a no-speculation run (NO_SPEC: the target alone, the engine's drafter-free path)
+at each concurrency in the same session, so each policy is compared with plain decoding measured under the
+same machine load; both paths are warmed up first so neither pays first-call allocations inside a run.
 
 Rounds decoded with every draft verified (the `fixed` policy) also yield acceptance traces for the simulator:
 per request-round, the calibrated confidences c_1..c_gamma and n, the drafts accepted with all gamma verified.
@@ -29,6 +37,10 @@ from dspark.models.decoding.engine import BatchRound, GenerationConfig, Speculat
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.drafters.base import Drafter
 from dspark.models.errors import ConfigError
+from dspark.models.evaluation.acceptance import accepted_histogram
+
+NO_SPEC = "no-spec"  # the target alone: every round verifies only the anchor
+WARM_UP_TOKENS = 8
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,7 @@ def measure_level(decoder: SpeculativeDecoder, prompts: Sequence[List[int]], con
     wall = time.perf_counter() - began
     tokens = sum(len(g.token_ids) for g in generations)
     slots = sum(r.requests for r in trace)
+    gamma = decoder.drafter.config.gamma if decoder.drafter is not None else 0
     metrics = {
         "concurrency": concurrency, "requests": count, "tokens": tokens, "wall_s": wall,
         "goodput_tok_s": tokens / wall,
@@ -76,7 +89,10 @@ def measure_level(decoder: SpeculativeDecoder, prompts: Sequence[List[int]], con
         "tau": sum(r.committed for r in trace) / max(slots, 1),
         "request_tok_s": sum(len(g.token_ids) / (g.finished_s - g.admitted_s) for g in generations) / count,
         "admission_s": wall - sum(r.draft_s + r.verify_s for r in trace),
-        "rounds": [[r.requests, r.verify_tokens, r.draft_s + r.verify_s] for r in trace],
+        "request_rounds": slots,
+        "accepted_histogram": accepted_histogram([r for g in generations for r in g.rounds], gamma),
+        "drafted_share": sum(r.drafted for r in trace) / max(len(trace), 1),
+        "rounds": [[r.requests, r.verify_tokens, r.draft_s + r.verify_s, int(r.drafted)] for r in trace],
     }
     return metrics, generations
 
@@ -95,17 +111,38 @@ def full_length_traces(generations, gamma: int, sts_temperatures: Optional[torch
 
 def measure_load(target: torch.nn.Module, drafter: Drafter, prompts: Sequence[List[int]],
                  policies: Dict[str, VerifyLengthPolicy], settings: LoadSettings,
-                 sts_temperatures: Optional[torch.Tensor] = None) -> tuple[List[dict], Optional[Traces]]:
-    """Every policy at every concurrency, with a progress bar: (one metrics row per run, traces)."""
+                 sts_temperatures: Optional[torch.Tensor] = None,
+                 drafting: str = "always") -> tuple[List[dict], Optional[Traces]]:
+    """NO_SPEC and every policy (drafting: the drafting gate's mode) at every concurrency, with a progress bar:
+    (one metrics row per run, with vs_no_spec; traces)."""
+    decoders = {NO_SPEC: SpeculativeDecoder(target)}
+    decoders |= {name: SpeculativeDecoder(target, drafter, policy, sts_temperatures, drafting)
+                 for name, policy in policies.items()}
+    warm_up(decoders.values(), prompts, settings)
     rows, traces = [], []
-    runs = [(name, c) for name in policies for c in settings.concurrency]
+    runs = [(name, c) for name in decoders for c in settings.concurrency]
     for name, concurrency in tqdm(runs, desc="bench-sched", unit="run"):
-        decoder = SpeculativeDecoder(target, drafter, policies[name], sts_temperatures)
-        metrics, generations = measure_level(decoder, prompts, concurrency, settings)
+        metrics, generations = measure_level(decoders[name], prompts, concurrency, settings)
         rows.append({"policy": name, **metrics})
-        if policies[name].name == "fixed" and policies[name].settings.max_verify_length is None:
+        policy = policies.get(name)
+        if policy is not None and policy.name == "fixed" and policy.settings.max_verify_length is None:
             traces.append(full_length_traces(generations, drafter.config.gamma, sts_temperatures))
     traces = [t for t in traces if t is not None]
     merged = Traces(torch.cat([t.confidence for t in traces]), torch.cat([t.accepted for t in traces])) \
         if traces else None
-    return rows, merged
+    return with_no_spec_ratio(rows), merged
+
+
+def warm_up(decoders, prompts: Sequence[List[int]], settings: LoadSettings) -> None:
+    """A short untimed decode per decoder: the first run of each path would otherwise carry one-off costs."""
+    config = GenerationConfig(WARM_UP_TOKENS, settings.config.sampling, settings.config.eos_token_ids)
+    for decoder in decoders:
+        decoder.generate(list(prompts[:2]), config, torch.Generator().manual_seed(settings.seed), max_running=2)
+
+
+def with_no_spec_ratio(rows: List[dict]) -> List[dict]:
+    """Each row plus vs_no_spec = goodput / the NO_SPEC row's goodput at its concurrency (None without one);
+    measured and simulated rows each need their own NO_SPEC rows."""
+    plain = {r["concurrency"]: r["goodput_tok_s"] for r in rows if r["policy"] == NO_SPEC}
+    return [{**r, "vs_no_spec": r["goodput_tok_s"] / plain[r["concurrency"]] if r["concurrency"] in plain else None}
+            for r in rows]

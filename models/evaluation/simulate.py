@@ -15,6 +15,10 @@ takes a + b * C + 1 / SPS(B) seconds with B = sum(1 + l), plus the admission cos
 tokens complete (tokens / mean tokens per request * admission seconds). Past the largest probe B_L the SPS curve is extrapolated
 at constant tokens/s, SPS(B) = SPS(B_L) * B_L / B (compute-bound cost linear in B), and the allocator sees the
 same extended curve. Every output of this module is labelled "simulation".
+
+The policies are simulated drafting every round (the drafting gate is not modelled): their cost fit takes only
+the measured rounds that ran the drafter. No speculation (scheduling.NO_SPEC) gets its own cost fit, from the
+measured no-spec runs' rounds, and is one forward of C tokens per step committing C tokens (simulate_no_spec).
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ import torch
 
 from dspark.kernels.sps import SpsTable
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
-from dspark.models.evaluation.scheduling import Traces
+from dspark.models.evaluation.scheduling import NO_SPEC, Traces
 
 SIMULATION = "simulation"
 
@@ -42,16 +46,26 @@ class CostModel:
         return self.base_s + self.per_request_s * requests + forward
 
 
-def fit_cost(measured: list, sps: SpsTable) -> CostModel:
+def fit_cost(measured: list, sps: SpsTable, drafted: bool = True) -> CostModel:
     """The cost model from measured load runs (scheduling.measure_level rows) on the measured SPS curve:
-    a, b by least squares of round seconds - 1/SPS(B) = a + b * R, both clamped at >= 0."""
-    data = torch.tensor([r for row in measured for r in row["rounds"]], dtype=torch.float64)
+    a, b by least squares of round seconds - 1/SPS(B) = a + b * R over the rounds that ran the drafter
+    (drafted=False: those that did not), both clamped at >= 0. Rounds [R, B, seconds] without the drafted
+    flag count as drafted."""
+    data = torch.tensor([r[:3] for row in measured for r in row["rounds"] if ran_drafter(r) == drafted],
+                        dtype=torch.float64)
+    if not len(data):
+        raise ValueError(f"no measured {'drafting' if drafted else 'plain'} rounds to fit the round cost on")
     rest = data[:, 2] - 1.0 / sps.lookup(data[:, 1].long())
     design = torch.stack([torch.ones_like(rest), data[:, 0]], dim=1)
     a, b = torch.linalg.lstsq(design, rest.unsqueeze(1)).solution.flatten().tolist()
     requests = sum(row["requests"] for row in measured)
     return CostModel(sps, max(a, 0.0), max(b, 0.0), sum(row["admission_s"] for row in measured) / requests,
                      sum(row["tokens"] for row in measured) / requests)
+
+
+def ran_drafter(round_row: list) -> bool:
+    """A measured round [R, B, seconds, drafted 0/1]; older 3-column rows predate the drafting gate."""
+    return len(round_row) < 4 or bool(round_row[3])
 
 
 def extend_sps(table: SpsTable, max_tokens: int) -> SpsTable:
@@ -86,3 +100,11 @@ def simulate(cost: CostModel, traces: Traces, policy: VerifyLengthPolicy, concur
     slots = steps * concurrency
     return {"concurrency": concurrency, "goodput_tok_s": tokens / seconds, "verify_budget": verified / slots,
             "tau": tokens / slots, "request_tok_s": tokens / slots / (seconds / steps), "source": SIMULATION}
+
+
+def simulate_no_spec(cost: CostModel, concurrency: int) -> dict:
+    """Steady-state plain decoding at one concurrency (cost fitted on no-spec rounds): every step one forward of
+    C tokens commits C tokens; the same units and label as simulate()."""
+    seconds = cost.step_seconds(concurrency, concurrency) + concurrency / cost.tokens_per_request * cost.admission_s
+    return {"policy": NO_SPEC, "concurrency": concurrency, "goodput_tok_s": concurrency / seconds,
+            "verify_budget": 0.0, "tau": 1.0, "request_tok_s": 1.0 / seconds, "source": SIMULATION}

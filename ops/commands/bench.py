@@ -12,8 +12,12 @@ Two phases, both on the reference engine (models/decoding):
    by the target alone and with each drafter verifying every draft; drafters with a confidence head run again
    as "<kind>+causal", verification lengths from the causal allocator (Algorithm 1) on the SPS curve profiled
    at start. Greedy makes every run emit the same tokens, so tokens/s compare like for like; the output is
-   checked to equal the target's own.
-Writes <out>/bench.json, bench.md (the tables) and plots: tau by dataset, acceptance by position, tokens/s.
+   checked to equal the target's own. The speculative speed runs use --drafting (auto: the drafting gate skips
+   the drafter while plain decoding is faster); every ratio is to the "none" run of the same batch size, in
+   the same invocation, so both ran under the same machine load.
+Every run records its accepted-length histogram (rounds by drafts accepted, models/evaluation/acceptance.py).
+Writes <out>/bench.json, bench.md (the tables) and plots: tau by dataset, acceptance by position, tokens/s,
+accepted lengths.
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ from dspark.models.decoding.verify_length import VerifyLengthPolicy  # noqa: E40
 from dspark.models.errors import ConfigError  # noqa: E402
 from dspark.models.evaluation.acceptance import acceptance_summary  # noqa: E402
 from dspark.models.evaluation.datasets import encode_chat, load_prompts  # noqa: E402
-from dspark.models.evaluation.plots import plot_acceptance, save  # noqa: E402
+from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, save  # noqa: E402
 from dspark.models.evaluation.run import EvalSettings, decode_all, evaluate  # noqa: E402
 from dspark.ops.commands.decoding_args import add_drafting_arg, startup_sps  # noqa: E402
 
@@ -83,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
         "prompts_per_dataset": args.prompts, "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
         "tau_batch_size": args.tau_batch_size,
         "speed_prompts": args.speed_prompts, "speed_tokens": args.speed_tokens, "batch_sizes": args.batch_sizes,
-        "threads": args.threads}, "tau": tau_phase(target, drafters, encoded, args), "speed": None}
+        "drafting": args.drafting, "threads": args.threads},
+        "tau": tau_phase(target, drafters, encoded, args), "speed": None}
     report["speed"] = speed_phase(target, drafters, encoded, args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -102,10 +107,11 @@ def tau_phase(target, drafters: dict, encoded: dict, args) -> dict:
         for name, prompts in encoded.items():
             result, _ = evaluate(target.model, drafter, prompts, settings, target.eos_token_ids, desc=f"{kind}/{name}")
             per_dataset[name] = {k: result[k] for k in ("tau", "rounds", "generated_tokens", "conditional_acceptance",
-                                                        "cumulative_acceptance")}
+                                                        "cumulative_acceptance", "accepted_drafts",
+                                                        "accepted_histogram")}
             print(f"{kind} {name}: tau {result['tau']:.3f}")
         macro = sum(r["tau"] for r in per_dataset.values()) / len(per_dataset)
-        results[kind] = {"datasets": per_dataset, "macro_tau": macro}
+        results[kind] = {"gamma": drafter.config.gamma, "datasets": per_dataset, "macro_tau": macro}
     return results
 
 
@@ -127,9 +133,11 @@ def speed_phase(target, drafters: dict, encoded: dict, args) -> dict:
             generations, wall = decode_all(decoder, mixed, settings, target.eos_token_ids, f"speed bs{batch_size} {kind}")
             tokens = [g.token_ids for g in generations]
             reference = reference or tokens
+            gamma = decoder.drafter.config.gamma if decoder.drafter is not None else 0
+            summary = acceptance_summary(generations, gamma)
             row[kind] = {"tokens_per_s": sum(map(len, tokens)) / wall, "wall_s": wall,
                          "identical_to_target": tokens == reference,
-                         "tau": acceptance_summary(generations, gamma=0)["tau"]}
+                         **{k: summary[k] for k in ("tau", "rounds", "accepted_drafts", "accepted_histogram")}}
         for kind in runs:
             row[kind]["speedup"] = row[kind]["tokens_per_s"] / row["none"]["tokens_per_s"]
         results[str(batch_size)] = row
@@ -145,11 +153,13 @@ def tables(report: dict) -> str:
         cells = [f"{result['datasets'][n]['tau']:.3f}" for n in names]
         lines.append(f"| {kind} | " + " | ".join(cells) + f" | **{result['macro_tau']:.3f}** |")
     runs = [k for k in next(iter(speed.values())) if k != "none"]
-    lines += ["", f"### {report['target']}: greedy tokens/s (speedup over no speculation)", "",
+    drafting = report["settings"]["drafting"]
+    lines += ["", f"### {report['target']}: greedy tokens/s (ratio to none, no speculation, measured in the same "
+              f"run at the same batch size; speculative runs drafting {drafting})", "",
               "| batch | none | " + " | ".join(runs) + " |", "|---" * (len(runs) + 2) + "|"]
     for batch_size, row in speed.items():
-        cells = [f"{row[k]['tokens_per_s']:.1f} ({row[k]['speedup']:.2f}x)" for k in runs]
-        lines.append(f"| {batch_size} | {row['none']['tokens_per_s']:.1f} | " + " | ".join(cells) + " |")
+        cells = [f"{row[k]['tokens_per_s']:.1f} ({row[k]['speedup']:.2f}x)" for k in ["none"] + runs]
+        lines.append(f"| {batch_size} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -183,6 +193,19 @@ def write_plots(report: dict, out: Path) -> None:
               for kind, r in tau.items()}
     plot_acceptance(pooled, out / "acceptance_by_position.png", f"{report['target']}: acceptance by position "
                     "(mean over datasets)")
+    plot_accepted_lengths(accepted_length_panels(report), out / "accepted_lengths.png",
+                          f"{report['target']}: accepted length per verify round")
+
+
+def accepted_length_panels(report: dict) -> dict:
+    """The tau phase pooled over datasets, and the speed runs at the first batch size (none left out: it never
+    drafts, so its histogram is all at 0 accepted)."""
+    tau = {kind: [sum(column) for column in zip(*(d["accepted_histogram"] for d in r["datasets"].values()))]
+           for kind, r in report["tau"].items()}
+    first = next(iter(report["speed"]))
+    speed = {kind: r["accepted_histogram"] for kind, r in report["speed"][first].items() if kind != "none"}
+    drafting = report["settings"]["drafting"]
+    return {"tau phase (T=1, every draft verified)": tau, f"speed, batch {first} (greedy, drafting {drafting})": speed}
 
 
 def mean_curve(curves: list) -> list:

@@ -6,7 +6,8 @@ Each prompt is answered twice, greedily: by the target alone and with speculativ
 lengths come from the causal allocator (paper Algorithm 1) on this machine's SPS curve, profiled at start
 (--policy and --sps-table change that). Greedy decoding
 makes both answers identical token for token (the demo checks it), so the wall-clock ratio is the speedup.
-Prints each answer, tau and tokens/s; writes demo.json and the acceptance-by-position plot to --out.
+Prints each answer, tau and tokens/s; writes demo.json (with the accepted-length histogram: verify rounds by
+drafts accepted), the acceptance-by-position and the accepted-length plots to --out.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.acceptance import acceptance_summary
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
-from dspark.models.evaluation.plots import plot_acceptance
+from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance
 from dspark.ops.commands.decoding_args import (add_drafting_arg, add_model_args, add_verify_args, load_models,
                                                verify_policy)
 
@@ -93,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
         "acceptance": summary, "answers": records}, indent=1) + "\n")
     plot = plot_acceptance({drafter.config.kind: summary}, args.out / "acceptance_by_position.png",
                            f"{drafter.config.kind} on {args.target.name}: acceptance by position")
-    print(f"plots: {plot}; details: {args.out / 'demo.json'}")
+    panels = {f"drafting {args.drafting}": {drafter.config.kind: summary["accepted_histogram"]}}
+    lengths = plot_accepted_lengths(panels, args.out / "accepted_lengths.png",
+                                    f"{drafter.config.kind} on {args.target.name}: accepted length per verify round")
+    print(f"plots: {plot}, {lengths}; details: {args.out / 'demo.json'}")
     differing = [r["prompt"] for r in records if not r["identical_to_target"]]
     if differing:
         print(f"error: {len(differing)} answer(s) differ from the target alone's: {differing}", file=sys.stderr)

@@ -7,8 +7,9 @@ import torch
 from dspark.kernels.sps import SpsTable
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
-from dspark.models.evaluation.scheduling import LoadSettings, Traces, full_length_traces, measure_level
-from dspark.models.evaluation.simulate import SIMULATION, CostModel, extend_sps, fit_cost, simulate
+from dspark.models.evaluation.scheduling import (NO_SPEC, LoadSettings, Traces, full_length_traces, measure_level,
+                                                 with_no_spec_ratio)
+from dspark.models.evaluation.simulate import SIMULATION, CostModel, extend_sps, fit_cost, simulate, simulate_no_spec
 from dspark.ops.cli import main
 from tests.paths import EMBEDDED, EMBEDDED_TARGET
 
@@ -36,6 +37,32 @@ def test_fit_cost_recovers_the_round_overhead():
     model = fit_cost([{"rounds": rounds, "requests": 4, "admission_s": 0.4, "tokens": 40}], STEEP)
     assert (model.base_s, model.per_request_s) == (pytest.approx(0.002), pytest.approx(0.001))
     assert (model.admission_s, model.tokens_per_request) == (pytest.approx(0.1), 10.0)
+
+
+def test_fit_cost_keeps_drafting_and_plain_rounds_apart():
+    forward = lambda b: 1 / float(STEEP.lookup(torch.tensor([b]))[0])  # noqa: E731
+    rounds = [[r, 3 * r, 0.005 + 0.002 * r + forward(3 * r), 1] for r in (1, 2, 4, 8)]  # drafter ran: dearer
+    rounds += [[r, r, 0.001 + forward(r), 0] for r in (1, 2, 4, 8)]
+    row = {"rounds": rounds, "requests": 4, "admission_s": 0.4, "tokens": 40}
+    drafting, plain = fit_cost([row], STEEP), fit_cost([row], STEEP, drafted=False)
+    assert (drafting.base_s, drafting.per_request_s) == (pytest.approx(0.005), pytest.approx(0.002))
+    assert (plain.base_s, plain.per_request_s) == (pytest.approx(0.001), pytest.approx(0.0, abs=1e-9))
+    with pytest.raises(ValueError, match="no measured plain rounds"):
+        fit_cost([{**row, "rounds": rounds[:4]}], STEEP, drafted=False)
+
+
+def test_simulated_no_spec_commits_one_token_per_request_per_forward():
+    row = simulate_no_spec(cost(), concurrency=8)
+    assert row["policy"] == NO_SPEC and row["source"] == SIMULATION and row["tau"] == 1.0
+    assert row["goodput_tok_s"] == pytest.approx(8 * 90.0) and row["verify_budget"] == 0.0  # B = 8 -> 90/s
+    alone = simulate_no_spec(cost(), concurrency=1)
+    fixed = {c: {"policy": "fixed", **simulate(cost(), perfect_traces(), VerifyLengthPolicy.of("fixed"), c, steps=5)}
+             for c in (1, 8)}
+    rows = with_no_spec_ratio([alone, row, fixed[1], fixed[8]])
+    assert rows[0]["vs_no_spec"] == rows[1]["vs_no_spec"] == 1.0
+    assert rows[2]["vs_no_spec"] == pytest.approx(fixed[1]["goodput_tok_s"] / alone["goodput_tok_s"])  # same C
+    assert rows[3]["vs_no_spec"] == pytest.approx(fixed[8]["goodput_tok_s"] / row["goodput_tok_s"])
+    assert with_no_spec_ratio([fixed[8]])[0]["vs_no_spec"] is None  # nothing to compare with
 
 
 def test_simulated_fixed_policy_with_perfect_drafts():
@@ -67,9 +94,23 @@ def test_measured_level_and_traces(embedded_target, dspark, prompts):
     assert metrics["requests"] == 5 and metrics["tokens"] == sum(len(g.token_ids) for g in generations) == 50
     assert 1 <= metrics["tau"] <= dspark.config.gamma + 1 and metrics["verify_budget"] <= dspark.config.gamma
     assert all(r[0] <= 2 for r in metrics["rounds"]) and metrics["admission_s"] > 0
+    check_histogram(metrics, dspark.config.gamma)
+    assert metrics["drafted_share"] == 1.0 and all(r[3] == 1 for r in metrics["rounds"])  # drafting="always"
+    plain, _ = measure_level(SpeculativeDecoder(embedded_target), prompts, 2, settings)
+    check_histogram(plain, 0)
+    assert plain["accepted_histogram"] == [plain["request_rounds"]] and plain["drafted_share"] == 0.0
     traces = full_length_traces(generations, dspark.config.gamma, None)
     assert traces.confidence.shape[1] == dspark.config.gamma and ((traces.confidence > 0) & (traces.confidence < 1)).all()
     assert (traces.accepted <= dspark.config.gamma).all()
+
+
+def check_histogram(row: dict, gamma: int) -> None:
+    """A run's accepted-length histogram against the engine's own round counts (BatchRound): it covers every
+    request-round once and its weighted sum is the drafts accepted, i.e. tau * rounds - rounds."""
+    histogram, rounds = row["accepted_histogram"], row["request_rounds"]
+    assert len(histogram) == gamma + 1 and sum(histogram) == rounds > 0
+    accepted = sum(n * count for n, count in enumerate(histogram))
+    assert accepted + rounds == pytest.approx(row["tau"] * rounds)
 
 
 def test_bench_sched_command_writes_measured_and_simulated_rows(tmp_path, capsys):
@@ -83,9 +124,22 @@ def test_bench_sched_command_writes_measured_and_simulated_rows(tmp_path, capsys
     assert {(r["policy"], r["concurrency"]) for r in report["measured"]} >= {("causal", 1), ("lagged", 2), ("mtp1", 2)}
     assert {r["concurrency"] for r in report["simulated"]} == {1, 2, 4, 8}
     assert all(r["source"] == SIMULATION for r in report["simulated"])
-    assert "| causal | 8 |" in (out / "sched.md").read_text() and "simulation |" in (out / "sched.md").read_text()
+    for rows, levels in ((report["measured"], {1, 2}), (report["simulated"], {1, 2, 4, 8})):
+        plain = {r["concurrency"]: r for r in rows if r["policy"] == NO_SPEC}
+        assert set(plain) == levels and all(r["vs_no_spec"] == 1.0 and r["tau"] == 1.0 for r in plain.values())
+        assert all(r["vs_no_spec"] == pytest.approx(r["goodput_tok_s"] / plain[r["concurrency"]]["goodput_tok_s"])
+                   for r in rows)
+    assert report["drafting"] == "auto"  # the default: the policies run behind the drafting gate
+    for row in report["measured"]:
+        check_histogram(row, 0 if row["policy"] == NO_SPEC else report["gamma"])
+        assert 0.0 <= row["drafted_share"] <= 1.0 and (row["drafted_share"] == 0.0) == (row["policy"] == NO_SPEC)
+    table = (out / "sched.md").read_text()
+    assert "| causal | 8 |" in table and "simulation |" in table and "| vs no-spec |" in table
+    assert "| no-spec | 1 | " in table and "| no-spec | 8 | " in table
     assert (out / "load.png").stat().st_size > 0 and (out / "sps.json").exists()
-    assert "best confidence-aware" in capsys.readouterr().out
+    assert (out / "accepted_lengths.png").stat().st_size > 0
+    printed = capsys.readouterr().out
+    assert "best confidence-aware" in printed and "causal never below no-spec at any concurrency" in printed
     assert main(["bench-sched", "--target", str(EMBEDDED_TARGET), "--drafter", str(EMBEDDED / "dflash"),
                  "--prompts-file", str(prompts), "--out", str(out)]) == 2
     assert "has no confidence head" in capsys.readouterr().err

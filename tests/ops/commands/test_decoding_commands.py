@@ -138,6 +138,8 @@ def test_demo_answers_identically_and_reports_speedup(prompts_file, tmp_path, ca
     assert report["speedup"] > 0 and (tmp_path / "acceptance_by_position.png").exists()
     assert report["policy"] == "causal"  # verification lengths from the allocator on the SPS curve profiled at start
     assert report["drafting"] == "auto"  # never slower than the target alone (drafting_gate.py)
+    check_histogram(report["acceptance"], gamma=len(report["acceptance"]["conditional_acceptance"]))
+    assert (tmp_path / "accepted_lengths.png").stat().st_size > 0
     printed = capsys.readouterr().out
     assert "faster on 1 CPU thread(s)" in printed and "profiling the target's verify cost" in printed
 
@@ -168,10 +170,32 @@ def test_bench_writes_tables_json_and_plots(prompts_file, tmp_path):
     runs = ("none", "dspark", "eagle3", "dspark+causal")  # only DSpark has confidences for the allocator
     assert all(set(row) == set(runs) for row in report["speed"].values())
     assert all(row[k]["identical_to_target"] for row in report["speed"].values() for k in runs)
-    assert set(report["speed"]) == {"1", "2"}
+    assert set(report["speed"]) == {"1", "2"} and report["settings"]["drafting"] == "auto"
+    for row in report["speed"].values():  # every ratio is to the same run's no-speculation row
+        assert row["none"]["speedup"] == 1.0 and row["none"]["accepted_histogram"] == [row["none"]["rounds"]]
+        assert all(row[k]["speedup"] == pytest.approx(row[k]["tokens_per_s"] / row["none"]["tokens_per_s"])
+                   for k in runs)
+        for kind in runs[1:]:
+            check_histogram(row[kind], gamma=report["tau"][kind.split("+")[0]]["gamma"])
+    for result in report["tau"].values():
+        for dataset in result["datasets"].values():
+            check_histogram(dataset, result["gamma"])
     table = (tmp_path / "bench.md").read_text()
     assert "| dspark |" in table and "macro" in table and "dspark+causal" in table
+    assert "speculative runs drafting auto" in table and "measured in the same run" in table
+    one = next(line for line in table.splitlines() if line.startswith("| 1 |"))
+    assert one.count("x)") == len(runs) and "(1.00x)" in one.split("|")[2]  # none's own ratio, then each run's
     assert (tmp_path / "tau_and_throughput.png").exists() and (tmp_path / "acceptance_by_position.png").exists()
+    assert (tmp_path / "accepted_lengths.png").stat().st_size > 0
+
+
+def check_histogram(summary: dict, gamma: int) -> None:
+    """An accepted-length histogram in a report: one count per 0..gamma accepted drafts, covering every round,
+    weighing to the accepted drafts; rounds cut by EOS or the token limit commit fewer than n + 1 (tau below)."""
+    histogram, rounds = summary["accepted_histogram"], summary["rounds"]
+    assert len(histogram) == gamma + 1 and sum(histogram) == rounds > 0
+    accepted = sum(n * count for n, count in enumerate(histogram))
+    assert accepted == summary["accepted_drafts"] and summary["tau"] * rounds <= accepted + rounds + 1e-9
 
 
 def test_bench_refuses_malformed_pairs(capsys):
