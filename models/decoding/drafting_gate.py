@@ -7,9 +7,11 @@ forward and commits exactly one. The gate measures both online, as the engine ru
     tau_spec / seconds_spec  >=  1 / seconds_plain          (tokens per request per second)
 
 Every estimate is an exponential moving average (weight SMOOTHING on the newest round) of the rounds measured at
-the current batch size (costs depend on it; a new size starts fresh). Until both sides are measured the gate
-explores: speculative rounds first, then one plain round. Whichever side loses is re-measured every
-REPROBE_EVERY rounds, so a drafter that starts paying (easier text, a smaller batch) is picked up again.
+one batch size (costs depend on it), kept per size for the whole generation: under continuous batching the size
+moves by one as requests finish and join, and a size seen before is decided on what was measured there. A size
+not yet measured on both sides follows the nearest size that is; until some size is, the gate explores: a
+speculative round, then a plain one. Whichever side loses is re-measured every REPROBE_EVERY rounds, so a
+drafter that starts paying (easier text, a smaller batch) is picked up again, and a new size gets both sides.
 
 Skipping drafting changes how many tokens a round commits, never which: a plain round verifies the anchor alone,
 which is ordinary decoding from the target (greedy identity and the sampled distribution hold either way).
@@ -48,11 +50,22 @@ class Measured:
 
 
 @dataclass
-class DraftingGate:
-    mode: str = DEFAULT_DRAFTING
-    batch_size: int = 0
+class Sides:
+    """Both kinds of round, measured at one batch size."""
     spec: Measured = field(default_factory=Measured)
     plain: Measured = field(default_factory=Measured)
+
+    def known(self) -> bool:
+        return self.spec.seconds is not None and self.plain.seconds is not None
+
+    def drafting_wins(self) -> bool:
+        return self.spec.rate() >= self.plain.rate()
+
+
+@dataclass
+class DraftingGate:
+    mode: str = DEFAULT_DRAFTING
+    sizes: dict[int, Sides] = field(default_factory=dict)  # batch size -> its measurements
     since_probe: int = 0  # rounds since the losing side was last measured
 
     def __post_init__(self) -> None:
@@ -63,19 +76,18 @@ class DraftingGate:
         """Whether the next round, of `batch_size` requests, drafts."""
         if self.mode == "always":
             return True
-        if batch_size != self.batch_size:
-            self.batch_size, self.spec, self.plain, self.since_probe = batch_size, Measured(), Measured(), 0
-        if self.spec.seconds is None:
-            return True
-        if self.plain.seconds is None:
-            return False
-        winner = self.spec.rate() >= self.plain.rate()
+        known = [size for size, sides in self.sizes.items() if sides.known()]
+        if not known:  # explore: speculative first, then plain
+            here = self.sizes.get(batch_size, Sides())
+            return here.spec.seconds is None
+        winner = self.sizes[min(known, key=lambda size: (abs(size - batch_size), size))].drafting_wins()
         self.since_probe += 1
         if self.since_probe >= REPROBE_EVERY:
             self.since_probe = 0
             return not winner
         return winner
 
-    def observe(self, drafted: bool, seconds: float, tokens_per_request: float) -> None:
-        """A finished round of the current batch size: its wall time and tokens committed per request."""
-        (self.spec if drafted else self.plain).add(seconds, tokens_per_request)
+    def observe(self, batch_size: int, drafted: bool, seconds: float, tokens_per_request: float) -> None:
+        """A finished round of `batch_size` requests: its wall time and tokens committed per request."""
+        sides = self.sizes.setdefault(batch_size, Sides())
+        (sides.spec if drafted else sides.plain).add(seconds, tokens_per_request)

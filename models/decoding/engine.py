@@ -105,17 +105,19 @@ class SpeculativeDecoder:
         waiting = list(range(len(prompts)))
         limit = max_running or len(prompts)
         batch: Optional[Batch] = None
+        gate = DraftingGate(self.drafting)  # its measurements outlive batches that empty and refill
         start = time.perf_counter()
         while waiting or batch is not None:
             running = len(batch.rows) if batch is not None else 0
             if waiting and running < limit:
                 joined, waiting = waiting[: limit - running], waiting[limit - running:]
-                batch = self.admit(batch, joined, results, config, generator, start)
+                batch = self.admit(batch, joined, results, config, generator, start, gate)
             if batch is not None:
                 batch = self.round(batch, results, config, generator, start, trace)
         return results
 
-    def admit(self, batch: Optional["Batch"], joined: List[int], results, config, generator, start) -> Optional["Batch"]:
+    def admit(self, batch: Optional["Batch"], joined: List[int], results, config, generator, start,
+              gate: DraftingGate) -> Optional["Batch"]:
         """Prefill the joining requests (their first token comes from it) and add the unfinished ones."""
         taps = self.drafter.config.target_layer_ids if self.drafter is not None else ()
         target = TargetRunner(self.target, len(joined), taps)
@@ -126,7 +128,7 @@ class SpeculativeDecoder:
         admitted = time.perf_counter() - start
         for r in joined:
             results[r].admitted_s = admitted
-        new = Batch(joined, anchor, target, DraftingGate(self.drafting))
+        new = Batch(joined, anchor, target, gate)
         if self.drafter is not None:
             new.state = self.drafter.init_state(len(joined), target.device)
             new.context = right_aligned(step.features, tokens, valid)
@@ -156,7 +158,7 @@ class SpeculativeDecoder:
             batch.context = verified if drafting else append_ragged(batch.context, verified)
         batch.anchor = verdict.next_token
         committed = int(verdict.accepted.sum()) + len(batch.rows)
-        batch.gate.observe(drafting, time.perf_counter() - began, committed / len(batch.rows))
+        batch.gate.observe(len(batch.rows), drafting, time.perf_counter() - began, committed / len(batch.rows))
         if trace is not None:
             trace.append(BatchRound(len(batch.rows), int(lengths.sum()) + len(batch.rows), committed,
                                     drafted - began, time.perf_counter() - drafted, drafting))

@@ -24,7 +24,7 @@ def choices(gate: DraftingGate, rounds: int, spec=(0.10, 2.0), plain=(0.04, 1.0)
     made = []
     for _ in range(rounds):
         drafted = gate.drafts(batch_size)
-        gate.observe(drafted, *(spec if drafted else plain))
+        gate.observe(batch_size, drafted, *(spec if drafted else plain))
         made.append(drafted)
     return made
 
@@ -40,10 +40,15 @@ def test_the_gate_explores_both_then_drafts_only_while_speculation_is_faster():
     assert all(choices(DraftingGate("always"), 20))
 
 
-def test_a_new_batch_size_is_measured_afresh():
+def test_batch_sizes_keep_their_own_measurements_and_a_new_one_follows_the_nearest():
     gate = DraftingGate("auto")
-    choices(gate, 5)
-    assert choices(gate, 2, batch_size=8) == [True, False]
+    choices(gate, 5, batch_size=1)  # at 1: plain wins (25 against 20 tok/s)
+    # at 8 drafting would win, but 8 is unmeasured: it follows 1 (plain) until its re-probe measures drafting
+    made = choices(gate, REPROBE_EVERY, spec=(0.10, 4.0), batch_size=8)
+    assert not made[0] and gate.sizes[8].spec.seconds is not None and gate.sizes[8].plain.seconds is not None
+    assert made[-3:] == [True] * 3  # once both sides are measured at 8, 8 drafts
+    assert choices(gate, 3, batch_size=1) == [False] * 3  # and size 1 kept its own verdict
+    assert choices(gate, 3, batch_size=7) == [True] * 3  # 7 follows its nearest measured size, 8
 
 
 def test_an_unknown_mode_is_refused_by_name(embedded_target):
