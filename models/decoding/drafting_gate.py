@@ -10,8 +10,11 @@ Every estimate is an exponential moving average (weight SMOOTHING on the newest 
 one batch size (costs depend on it), kept per size for the whole generation: under continuous batching the size
 moves by one as requests finish and join, and a size seen before is decided on what was measured there. A size
 not yet measured on both sides follows the nearest size that is; until some size is, the gate explores: a
-speculative round, then a plain one. Whichever side loses is re-measured every REPROBE_EVERY rounds, so a
+speculative round, then a plain one. Whichever side loses is re-measured after REPROBE_EVERY rounds, so a
 drafter that starts paying (easier text, a smaller batch) is picked up again, and a new size gets both sides.
+Each re-probe that leaves the verdict as it was doubles the wait, up to MAX_REPROBE_EVERY; a changed verdict
+starts again at REPROBE_EVERY. A re-probe of a losing drafter costs one speculative round (2-3 decode steps on
+a CPU), so a fixed interval of 16 would cost up to ~8%; the backoff keeps that to a few percent.
 
 Skipping drafting changes how many tokens a round commits, never which: a plain round verifies the anchor alone,
 which is ordinary decoding from the target (greedy identity and the sampled distribution hold either way).
@@ -30,6 +33,7 @@ DRAFTING_MODES = ("auto", "always")
 DEFAULT_DRAFTING = "auto"
 SMOOTHING = 0.3
 REPROBE_EVERY = 16
+MAX_REPROBE_EVERY = 256
 
 
 @dataclass
@@ -67,6 +71,8 @@ class DraftingGate:
     mode: str = DEFAULT_DRAFTING
     sizes: dict[int, Sides] = field(default_factory=dict)  # batch size -> its measurements
     since_probe: int = 0  # rounds since the losing side was last measured
+    probe_every: int = REPROBE_EVERY  # rounds between re-probes (doubles while the verdict holds)
+    verdict: Optional[bool] = None  # whether drafting won, at the last decision
 
     def __post_init__(self) -> None:
         if self.mode not in DRAFTING_MODES:
@@ -81,9 +87,11 @@ class DraftingGate:
             here = self.sizes.get(batch_size, Sides())
             return here.spec.seconds is None
         winner = self.sizes[min(known, key=lambda size: (abs(size - batch_size), size))].drafting_wins()
+        if winner != self.verdict:
+            self.verdict, self.probe_every = winner, REPROBE_EVERY
         self.since_probe += 1
-        if self.since_probe >= REPROBE_EVERY:
-            self.since_probe = 0
+        if self.since_probe >= self.probe_every:
+            self.since_probe, self.probe_every = 0, min(2 * self.probe_every, MAX_REPROBE_EVERY)
             return not winner
         return winner
 

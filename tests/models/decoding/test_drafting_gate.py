@@ -7,7 +7,7 @@ import torch
 
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding import drafting_gate
-from dspark.models.decoding.drafting_gate import REPROBE_EVERY, DraftingGate
+from dspark.models.decoding.drafting_gate import MAX_REPROBE_EVERY, REPROBE_EVERY, DraftingGate
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder, append_ragged
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
@@ -29,15 +29,32 @@ def choices(gate: DraftingGate, rounds: int, spec=(0.10, 2.0), plain=(0.04, 1.0)
     return made
 
 
+def probe_pattern(winner: bool, intervals) -> list[bool]:
+    """`winner` every round but the last of each interval, which re-probes the loser."""
+    return [x for n in intervals for x in [winner] * (n - 1) + [not winner]]
+
+
 def test_the_gate_explores_both_then_drafts_only_while_speculation_is_faster():
-    # 2 tokens / 100 ms = 20 tok/s against 1 token / 40 ms = 25 tok/s: plain wins, re-probed every REPROBE_EVERY
-    made = choices(DraftingGate("auto"), 2 + 3 * REPROBE_EVERY)
+    # 2 tokens / 100 ms = 20 tok/s against 1 token / 40 ms = 25 tok/s: plain wins; drafting is re-probed after
+    # REPROBE_EVERY rounds, then after twice as many each time it still loses, up to MAX_REPROBE_EVERY
+    intervals = [REPROBE_EVERY * 2 ** i for i in range(6)]
+    assert intervals[-1] > MAX_REPROBE_EVERY
+    intervals[-1] = MAX_REPROBE_EVERY
+    made = choices(DraftingGate("auto"), 2 + sum(intervals))
     assert made[:2] == [True, False]
-    assert made[2:] == ([False] * (REPROBE_EVERY - 1) + [True]) * 3
-    # 4 tokens / 100 ms = 40 tok/s: drafting wins, and plain decoding is re-measured as often
-    made = choices(DraftingGate("auto"), 2 + REPROBE_EVERY, spec=(0.10, 4.0))
-    assert made[2:] == [True] * (REPROBE_EVERY - 1) + [False]
+    assert made[2:] == probe_pattern(False, intervals)
+    # 4 tokens / 100 ms = 40 tok/s: drafting wins, and plain decoding is re-measured the same way
+    made = choices(DraftingGate("auto"), 2 + 3 * REPROBE_EVERY, spec=(0.10, 4.0))
+    assert made[2:] == probe_pattern(True, [REPROBE_EVERY, 2 * REPROBE_EVERY])
     assert all(choices(DraftingGate("always"), 20))
+
+
+def test_a_changed_verdict_restarts_the_probe_interval():
+    gate = DraftingGate("auto")
+    choices(gate, 2 + REPROBE_EVERY + 2 * REPROBE_EVERY)  # plain wins; the interval is now 4 * REPROBE_EVERY
+    assert gate.probe_every == 4 * REPROBE_EVERY and gate.verdict is False
+    choices(gate, 4 * REPROBE_EVERY + 1, spec=(0.01, 4.0))  # drafting turns out far faster: its probe flips it
+    assert gate.verdict and gate.probe_every <= 2 * REPROBE_EVERY
 
 
 def test_batch_sizes_keep_their_own_measurements_and_a_new_one_follows_the_nearest():
