@@ -47,12 +47,13 @@ bench-sched: setup
 
 # The same on SmolLM2-135M-Instruct, whose verify forward dominates a round on this CPU (the embedded target's
 # drafter costs about as much as the target itself, so no allocation policy can change its goodput much).
-# About 70 minutes on 2 idle cores (the SPS profile up to 448 tokens, then 21 runs; 128 requests at concurrency 64).
+# About 35 minutes on one thread (the SPS profile up to 224 tokens, then 24 runs: no-spec and 7 policies at
+# concurrency 1, 8 and 32; 64 requests at 32).
 bench-sched-smollm2: setup
 	$(DSPARK) bench-sched --target $(SMOLLM2) --drafter embedded/smollm2-dspark \
-		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 8 --concurrency 1 8 64 \
+		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 8 --concurrency 1 8 32 \
 		--simulate-to 1024 --max-new-tokens 48 --threads $(BENCH_SCHED_THREADS) --out bench/results/sched-smollm2
-BENCH_SCHED_THREADS ?= 2
+BENCH_SCHED_THREADS ?= 1
 
 # DSpark served by the real SGLang server (with dspark's plugin) against the target alone, both targets:
 # tokens/s, tau and verify budget at concurrency 1 and 8, policies switched live: bench/results/serve-*/.
@@ -106,14 +107,17 @@ drafters: setup
 
 # Drafters for SmolLM2-135M-Instruct (provided by `make setup` under $(DSPARK_CACHE)/targets), committed slim
 # (no copies of the target's embedding / lm_head) in embedded/smollm2-{dspark,dflash,eagle3}. Same data for all
-# three (the target's own replies to 320 built-in chat prompts, generated once by the first command and cached)
-# and the same budget (48 optimizer steps of 4 sequences each). On the shared, loaded 2-core CPU: data ~55 min,
-# then 10-25 min per drafter. Interrupted? Run it again: every command resumes from its last checkpoint.
+# three (the target's own replies to 960 built-in chat prompts, generated once by the first command and cached,
+# with the target's outputs on them cached beside it) and the same budget (1000 optimizer steps of 4 sequences,
+# 16 anchor blocks each). Why these levers, with their measured s/step: embedded/smollm2-dspark/README.md. On the
+# shared 2-core CPU with one thread: data ~15 min, features ~2 min, then ~45 min for DSpark, ~20 for DFlash and
+# ~90 for Eagle3 (its 6 test-time-training steps). Interrupted? Run it again: every command resumes from its
+# last checkpoint.
 SMOLLM2 := $(DSPARK_CACHE)/targets/smollm2-135m-instruct
-SMOLLM2_RECIPE := --target $(SMOLLM2) --data-source chat --num-samples 960 --prompt-len 128 --response-len 96 \
-	--eval-samples 16 --data-cache $(DSPARK_CACHE)/train-data --block-size 6 --target-layer-ids 2 15 27 \
-	--mask-token-id 0 --batch-size 4 --n-anchors 64 --steps 120 --lr 3e-3 --checkpoint-every 10 \
-	--log-every 5 --threads 2 --slim --resume
+SMOLLM2_RECIPE := --target $(SMOLLM2) --data-source chat --num-samples 960 --prompt-len 128 --response-len 64 \
+	--eval-samples 32 --data-cache $(DSPARK_CACHE)/train-data --feature-cache $(DSPARK_CACHE)/train-features \
+	--bf16 --init-from-target --block-size 6 --target-layer-ids 2 15 27 --mask-token-id 0 --batch-size 4 \
+	--n-anchors 16 --steps 1000 --lr 1e-3 --checkpoint-every 50 --log-every 10 --threads 1 --slim --resume
 .PHONY: smollm2-drafters
 smollm2-drafters: setup
 	$(DSPARK) train $(SMOLLM2_RECIPE) --drafter dspark --markov-head vanilla --markov-rank 64 --num-layers 2 \
