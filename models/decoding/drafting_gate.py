@@ -7,8 +7,9 @@ forward and commits exactly one. The gate measures both online, as the engine ru
     tau_spec / seconds_spec  >=  1 / seconds_plain          (tokens per request per second)
 
 Every estimate is an exponential moving average (weight SMOOTHING on the newest round) of the rounds measured at
-one batch size (costs depend on it), kept per size for the whole generation: under continuous batching the size
-moves by one as requests finish and join, and a size seen before is decided on what was measured there. A size
+one batch size (costs depend on it), kept per size for the decoder's lifetime (all its generate calls: one
+target, drafter and policy): under continuous batching the size moves by one as requests finish and join, and a
+size seen before is decided on what was measured there. A size
 not yet measured on both sides follows the nearest size that is; until some size is, the gate explores: a
 speculative round, then a plain one. Whichever side loses is re-measured after REPROBE_EVERY rounds, so a
 drafter that starts paying (easier text, a smaller batch) is picked up again, and a new size gets both sides.

@@ -87,9 +87,10 @@ class SpeculativeDecoder:
         if drafter is not None and policy.needs_confidence and not drafter.config.enable_confidence_head:
             raise ConfigError(f"the {policy.name} policy needs confidences; this {drafter.config.kind} drafter has "
                               "no confidence head: use policy fixed or mtp1 (--policy fixed)")
-        DraftingGate(drafting)  # validates the mode
         self.target, self.drafter, self.policy, self.sts_temperatures = target, drafter, policy, sts_temperatures
-        self.drafting = drafting
+        # One gate for the decoder's lifetime: its round costs hold across generate calls (same target, drafter and
+        # policy), as a serving engine keeps learning them, so a short generation does not re-explore from scratch.
+        self.gate = DraftingGate(drafting)  # (validates the mode)
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], config: GenerationConfig,
@@ -105,13 +106,12 @@ class SpeculativeDecoder:
         waiting = list(range(len(prompts)))
         limit = max_running or len(prompts)
         batch: Optional[Batch] = None
-        gate = DraftingGate(self.drafting)  # its measurements outlive batches that empty and refill
         start = time.perf_counter()
         while waiting or batch is not None:
             running = len(batch.rows) if batch is not None else 0
             if waiting and running < limit:
                 joined, waiting = waiting[: limit - running], waiting[limit - running:]
-                batch = self.admit(batch, joined, results, config, generator, start, gate)
+                batch = self.admit(batch, joined, results, config, generator, start, self.gate)
             if batch is not None:
                 batch = self.round(batch, results, config, generator, start, trace)
         return results
