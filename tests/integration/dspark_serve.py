@@ -71,3 +71,23 @@ class DsparkServe:
 
     def stop(self) -> None:
         stop_process_group(self.process)
+
+
+def target_greedy_answers(prompts: list[str], max_new_tokens: int) -> dict[str, list[int]]:
+    """transformers' greedy continuation of each prompt on the embedded target, max_new_tokens long whatever EOS
+    (what the server answers with ignore_eos): the reference a served answer must equal."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_TARGET)
+    model = AutoModelForCausalLM.from_pretrained(EMBEDDED_TARGET, dtype=torch.float32).eval()
+    config = copy.deepcopy(model.generation_config)
+    config.update(eos_token_id=None, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0)
+    answers = {}
+    for prompt in prompts:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        with torch.no_grad():
+            answers[prompt] = model.generate(ids, generation_config=config)[0, ids.shape[1]:].tolist()
+    return answers

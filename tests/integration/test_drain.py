@@ -5,7 +5,6 @@ SIGTERM. Every one of them must complete with the target's own answer, a request
 must be refused with 503 and a reason, and the server must exit 0 within the drain timeout."""
 from __future__ import annotations
 
-import copy
 import json
 import signal
 import time
@@ -15,11 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tests.integration.dspark_serve import DsparkServe
-from tests.paths import EMBEDDED_TARGET
+from tests.integration.dspark_serve import DsparkServe, target_greedy_answers
 
 PROMPTS = ["def fibonacci(n):", "class Stack:\n    ", "import json\n\n\ndef load(", "for key, value in "]
 MAX_NEW_TOKENS = 480  # EOS ignored: several seconds of decoding however fast the machine, so SIGTERM lands mid-way
@@ -39,17 +35,7 @@ def generate(url: str, prompt: str) -> tuple[int, dict]:
 
 @pytest.fixture(scope="module")
 def reference():
-    """transformers' greedy continuation of each prompt, MAX_NEW_TOKENS long whatever EOS (as ignore_eos)."""
-    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_TARGET)
-    model = AutoModelForCausalLM.from_pretrained(EMBEDDED_TARGET, dtype=torch.float32).eval()
-    config = copy.deepcopy(model.generation_config)
-    config.update(eos_token_id=None, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, pad_token_id=0)
-    answers = {}
-    for prompt in PROMPTS:
-        ids = tokenizer(prompt, return_tensors="pt").input_ids
-        with torch.no_grad():
-            answers[prompt] = model.generate(ids, generation_config=config)[0, ids.shape[1]:].tolist()
-    return answers
+    return target_greedy_answers(PROMPTS, MAX_NEW_TOKENS)
 
 
 def test_sigterm_finishes_requests_in_flight_refuses_new_ones_and_exits_zero(tmp_path, reference):

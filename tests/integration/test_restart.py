@@ -7,7 +7,6 @@ restarts SGLang. Every request must end answered with the target's own tokens, t
 survive the restart, and the supervisor and sidecar must stay the same processes."""
 from __future__ import annotations
 
-import copy
 import http.client
 import json
 import threading
@@ -19,11 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import psutil
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tests.integration.dspark_serve import DsparkServe
-from tests.paths import EMBEDDED_TARGET
+from tests.integration.dspark_serve import DsparkServe, target_greedy_answers
 
 PROMPTS = ["def fibonacci(n):", "class Stack:\n    ", "import json\n\n\ndef load(", "for key, value in ",
            "# sort a list of numbers\n", "while True:\n    "]
@@ -55,16 +51,7 @@ def generate(url: str, prompt: str) -> tuple[list[int], list[str]]:
 
 @pytest.fixture(scope="module")
 def reference():
-    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_TARGET)
-    model = AutoModelForCausalLM.from_pretrained(EMBEDDED_TARGET, dtype=torch.float32).eval()
-    config = copy.deepcopy(model.generation_config)
-    config.update(eos_token_id=None, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, pad_token_id=0)
-    answers = {}
-    for prompt in PROMPTS:
-        ids = tokenizer(prompt, return_tensors="pt").input_ids
-        with torch.no_grad():
-            answers[prompt] = model.generate(ids, generation_config=config)[0, ids.shape[1]:].tolist()
-    return answers
+    return target_greedy_answers(PROMPTS, MAX_NEW_TOKENS)
 
 
 def test_restart_under_load_keeps_settings_and_loses_no_retried_request(tmp_path, reference):
