@@ -21,6 +21,20 @@ from dspark.models.evaluation.acceptance import acceptance_summary, calibration_
 from dspark.models.evaluation.calibration import CalibrationData, mean_metric, per_position
 
 DEEPSPEC_SEED = 980406
+# The prefill's token, a speculative round of up to gamma + 1 and a plain round fit in it for gamma <= 14, so no
+# request finishes before its drafting gate has measured both kinds of round at the warm-up's batch size.
+WARM_UP_TOKENS = 16
+
+
+def warm_up(decoders: Sequence[SpeculativeDecoder], prompts: Sequence[List[int]], config: GenerationConfig,
+            seed: int = DEEPSPEC_SEED, max_running: Optional[int] = None) -> None:
+    """A short untimed decode of `prompts` per decoder, before anything is timed: first-call costs (allocations,
+    thread pools) stay out of the measurement, and each decoder's drafting gate measures both kinds of round at
+    this batch size, as an engine that has been serving for a while has. Timed runs still pay the gate's
+    re-probes."""
+    short = GenerationConfig(min(WARM_UP_TOKENS, config.max_new_tokens), config.sampling, config.eos_token_ids)
+    for decoder in decoders:
+        decoder.generate(list(prompts), short, torch.Generator().manual_seed(seed), max_running=max_running)
 
 
 @dataclass(frozen=True)

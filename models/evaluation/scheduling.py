@@ -38,9 +38,9 @@ from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.drafters.base import Drafter
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.acceptance import accepted_histogram
+from dspark.models.evaluation.run import warm_up
 
 NO_SPEC = "no-spec"  # the target alone: every round verifies only the anchor
-WARM_UP_TOKENS = 8
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def measure_load(target: torch.nn.Module, drafter: Drafter, prompts: Sequence[Li
     decoders = {NO_SPEC: SpeculativeDecoder(target)}
     decoders |= {name: SpeculativeDecoder(target, drafter, policy, sts_temperatures, drafting)
                  for name, policy in policies.items()}
-    warm_up(decoders.values(), prompts, settings)
+    warm_up(list(decoders.values()), prompts[:2], settings.config, settings.seed, max_running=2)
     rows, traces = [], []
     runs = [(name, c) for name in decoders for c in settings.concurrency]
     for name, concurrency in tqdm(runs, desc="bench-sched", unit="run"):
@@ -131,13 +131,6 @@ def measure_load(target: torch.nn.Module, drafter: Drafter, prompts: Sequence[Li
     merged = Traces(torch.cat([t.confidence for t in traces]), torch.cat([t.accepted for t in traces])) \
         if traces else None
     return with_no_spec_ratio(rows), merged
-
-
-def warm_up(decoders, prompts: Sequence[List[int]], settings: LoadSettings) -> None:
-    """A short untimed decode per decoder: the first run of each path would otherwise carry one-off costs."""
-    config = GenerationConfig(WARM_UP_TOKENS, settings.config.sampling, settings.config.eos_token_ids)
-    for decoder in decoders:
-        decoder.generate(list(prompts[:2]), config, torch.Generator().manual_seed(settings.seed), max_running=2)
 
 
 def with_no_spec_ratio(rows: List[dict]) -> List[dict]:

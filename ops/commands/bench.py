@@ -32,14 +32,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from dspark.kernels.warping import GREEDY, SamplingParams  # noqa: E402
-from dspark.models.decoding.engine import SpeculativeDecoder  # noqa: E402
+from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder  # noqa: E402
 from dspark.models.decoding.loading import load_drafter_for, load_target  # noqa: E402
 from dspark.models.decoding.verify_length import VerifyLengthPolicy  # noqa: E402
 from dspark.models.errors import ConfigError  # noqa: E402
 from dspark.models.evaluation.acceptance import acceptance_summary  # noqa: E402
 from dspark.models.evaluation.datasets import encode_chat, load_prompts  # noqa: E402
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, save  # noqa: E402
-from dspark.models.evaluation.run import EvalSettings, decode_all, evaluate  # noqa: E402
+from dspark.models.evaluation.run import EvalSettings, decode_all, evaluate, warm_up  # noqa: E402
 from dspark.ops.commands.decoding_args import add_drafting_arg, startup_sps  # noqa: E402
 
 
@@ -128,6 +128,8 @@ def speed_phase(target, drafters: dict, encoded: dict, args) -> dict:
                                                               for k, d in drafters.items()}
         runs |= {f"{k}+causal": SpeculativeDecoder(target.model, d, VerifyLengthPolicy.of("causal", sps=sps),
                                                    drafting=args.drafting) for k, d in aware.items()}
+        warm_up(list(runs.values()), mixed[:batch_size], GenerationConfig(args.speed_tokens, GREEDY,
+                                                                         target.eos_token_ids), args.seed)
         row, reference = {}, None
         for kind, decoder in runs.items():
             generations, wall = decode_all(decoder, mixed, settings, target.eos_token_ids, f"speed bs{batch_size} {kind}")

@@ -24,6 +24,7 @@ from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.acceptance import acceptance_summary
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
+from dspark.models.evaluation.run import warm_up
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance
 from dspark.ops.commands.decoding_args import (add_drafting_arg, add_model_args, add_verify_args, load_models,
                                                verify_policy)
@@ -61,8 +62,7 @@ def run(args: argparse.Namespace) -> int:
     walls = {name: 0.0 for name in decoders}
     records, generations = [], []
     prompts = [encode_chat(target.tokenizer, text) for text in texts]
-    for decoder in decoders.values():  # warm-up: first-call allocations and thread pools are not timed
-        decoder.generate(prompts[:1], GenerationConfig(8, GREEDY, target.eos_token_ids))
+    warm_up(list(decoders.values()), prompts[:1], config)
     for index, (text, prompt) in enumerate(zip(texts, prompts)):
         outputs = {}
         order = list(decoders) if index % 2 == 0 else list(reversed(decoders))  # neither path always runs first

@@ -11,6 +11,7 @@ from dspark.models.decoding.drafting_gate import MAX_REPROBE_EVERY, REPROBE_EVER
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder, append_ragged
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
+from dspark.models.evaluation.run import warm_up
 from tests.models.decoding.conftest import KINDS
 from tests.models.decoding.test_engine_greedy import MAX_NEW, references  # noqa: F401  (the fixture)
 from tests.models.decoding.test_engine_sampling import (LENGTH, P_MIN, SAMPLES, same_distribution_pvalue,
@@ -123,3 +124,12 @@ def test_sampling_keeps_the_targets_distribution_with_drafting_switched_on_and_o
     assert sum(r.accepted for g in outputs for r in g.rounds) > SAMPLES // 10
     for position in range(LENGTH):
         assert same_distribution_pvalue(reference[:, position], speculative[:, position]) > P_MIN, position
+
+
+def test_a_warm_up_leaves_the_gate_with_both_kinds_of_round_measured_at_its_batch_size(embedded_target,
+                                                                                       embedded_drafters, prompts):
+    # benchmarks warm each decoder up untimed (evaluation.run.warm_up): the timed run starts from a gate that
+    # already knows both sides at that batch size instead of paying its exploration rounds
+    decoder = SpeculativeDecoder(embedded_target, embedded_drafters["dspark"], drafting="auto")
+    warm_up([decoder], prompts[:2], GenerationConfig(max_new_tokens=64))
+    assert decoder.gate.sizes[2].known()
