@@ -47,13 +47,13 @@ bench-sched: setup
 
 # The same on SmolLM2-135M-Instruct, whose verify forward dominates a round on this CPU (the embedded target's
 # drafter costs about as much as the target itself, so no allocation policy can change its goodput much).
-# About 35 minutes on one thread (the SPS profile up to 224 tokens, then 24 runs: no-spec and 7 policies at
+# About 25 minutes on two idle cores (the SPS profile up to 224 tokens, then 24 runs: no-spec and 7 policies at
 # concurrency 1, 8 and 32; 64 requests at 32).
 bench-sched-smollm2: setup
 	$(DSPARK) bench-sched --target $(SMOLLM2) --drafter embedded/smollm2-dspark \
 		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 8 --concurrency 1 8 32 \
 		--simulate-to 1024 --max-new-tokens 48 --threads $(BENCH_SCHED_THREADS) --out bench/results/sched-smollm2
-BENCH_SCHED_THREADS ?= 1
+BENCH_SCHED_THREADS ?= 2
 
 # DSpark served by the real SGLang server (with dspark's plugin) against the target alone, both targets:
 # tokens/s, tau and verify budget at concurrency 1 and 8, policies switched live: bench/results/serve-*/.

@@ -120,7 +120,9 @@ def measure_load(target: torch.nn.Module, drafter: Drafter, prompts: Sequence[Li
                  for name, policy in policies.items()}
     warm_up(list(decoders.values()), prompts[:2], settings.config, settings.seed, max_running=2)
     rows, traces = [], []
-    runs = [(name, c) for name in decoders for c in settings.concurrency]
+    # every policy at one concurrency runs next to that concurrency's no-spec run, so a slow drift in the
+    # machine's speed does not favour whichever policy happens to be measured first
+    runs = [(name, c) for c in settings.concurrency for name in decoders]
     for name, concurrency in tqdm(runs, desc="bench-sched", unit="run"):
         metrics, generations = measure_level(decoders[name], prompts, concurrency, settings)
         rows.append({"policy": name, **metrics})
@@ -130,6 +132,7 @@ def measure_load(target: torch.nn.Module, drafter: Drafter, prompts: Sequence[Li
     traces = [t for t in traces if t is not None]
     merged = Traces(torch.cat([t.confidence for t in traces]), torch.cat([t.accepted for t in traces])) \
         if traces else None
+    rows.sort(key=lambda row: list(decoders).index(row["policy"]))  # stable: by policy, then concurrency
     return with_no_spec_ratio(rows), merged
 
 

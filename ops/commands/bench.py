@@ -14,7 +14,9 @@ Two phases, both on the reference engine (models/decoding):
    at start. Greedy makes every run emit the same tokens, so tokens/s compare like for like; the output is
    checked to equal the target's own. The speculative speed runs use --drafting (auto: the drafting gate skips
    the drafter while plain decoding is faster); every ratio is to the "none" run of the same batch size, in
-   the same invocation, so both ran under the same machine load.
+   the same invocation, so both ran under the same machine load. Each decoder is warmed up untimed, then the
+   runs repeat --speed-repeats times in turn (the order reversed every other time) and tokens/s is the median
+   repeat: a single run on a shared VM varies by about +-5%, as much as the differences measured.
 Every run records its accepted-length histogram (rounds by drafts accepted, models/evaluation/acceptance.py).
 Writes <out>/bench.json, bench.md (the tables) and plots: tau by dataset, acceptance by position, tokens/s,
 accepted lengths.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
 import matplotlib
@@ -56,6 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--speed-prompts", type=int, default=8)
     parser.add_argument("--speed-tokens", type=int, default=64)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--speed-repeats", type=int, default=3, help="timed runs per decoder (median reported)")
     add_drafting_arg(parser)  # the speed runs; tau is measured drafting every round
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
@@ -74,7 +78,8 @@ def pairs(values: list, flag: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in ("prompts", "max_new_tokens", "tau_batch_size", "speed_prompts", "speed_tokens", "threads"):
+    for name in ("prompts", "max_new_tokens", "tau_batch_size", "speed_prompts", "speed_tokens", "speed_repeats",
+                 "threads"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     drafter_paths = pairs(args.drafters, "--drafters")
@@ -87,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         "prompts_per_dataset": args.prompts, "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
         "tau_batch_size": args.tau_batch_size,
         "speed_prompts": args.speed_prompts, "speed_tokens": args.speed_tokens, "batch_sizes": args.batch_sizes,
+        "speed_repeats": args.speed_repeats,
         "drafting": args.drafting, "threads": args.threads},
         "tau": tau_phase(target, drafters, encoded, args), "speed": None}
     report["speed"] = speed_phase(target, drafters, encoded, args)
@@ -130,15 +136,20 @@ def speed_phase(target, drafters: dict, encoded: dict, args) -> dict:
                                                    drafting=args.drafting) for k, d in aware.items()}
         warm_up(list(runs.values()), mixed[:batch_size], GenerationConfig(args.speed_tokens, GREEDY,
                                                                          target.eos_token_ids), args.seed)
-        row, reference = {}, None
+        walls, outputs, identical = {kind: [] for kind in runs}, {}, {kind: True for kind in runs}
+        for repeat in range(args.speed_repeats):  # "none" runs first in the first repeat: the reference
+            for kind in list(runs) if repeat % 2 == 0 else list(reversed(runs)):
+                outputs[kind], wall = decode_all(runs[kind], mixed, settings, target.eos_token_ids,
+                                                 f"speed bs{batch_size} {kind} ({repeat + 1}/{args.speed_repeats})")
+                walls[kind].append(wall)
+                identical[kind] &= [g.token_ids for g in outputs[kind]] == [g.token_ids for g in outputs["none"]]
+        row = {}
         for kind, decoder in runs.items():
-            generations, wall = decode_all(decoder, mixed, settings, target.eos_token_ids, f"speed bs{batch_size} {kind}")
-            tokens = [g.token_ids for g in generations]
-            reference = reference or tokens
             gamma = decoder.drafter.config.gamma if decoder.drafter is not None else 0
-            summary = acceptance_summary(generations, gamma)
-            row[kind] = {"tokens_per_s": sum(map(len, tokens)) / wall, "wall_s": wall,
-                         "identical_to_target": tokens == reference,
+            summary = acceptance_summary(outputs[kind], gamma)  # the last repeat's rounds
+            tokens = sum(len(g.token_ids) for g in outputs[kind])
+            row[kind] = {"tokens_per_s": tokens / statistics.median(walls[kind]), "walls_s": walls[kind],
+                         "identical_to_target": identical[kind],
                          **{k: summary[k] for k in ("tau", "rounds", "accepted_drafts", "accepted_histogram")}}
         for kind in runs:
             row[kind]["speedup"] = row[kind]["tokens_per_s"] / row["none"]["tokens_per_s"]

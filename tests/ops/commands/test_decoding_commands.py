@@ -163,7 +163,7 @@ def test_bench_writes_tables_json_and_plots(prompts_file, tmp_path):
     assert main(["bench", *MODELS, "--drafters", f"dspark={EMBEDDED / 'dspark'}", f"eagle3={EMBEDDED / 'eagle3'}",
                  "--datasets", f"code={prompts_file}", f"more={prompts_file}", "--prompts", "2",
                  "--max-new-tokens", "10", "--tau-batch-size", "2", "--speed-prompts", "3", "--speed-tokens", "8",
-                 "--batch-sizes", "1", "2",
+                 "--batch-sizes", "1", "2", "--speed-repeats", "3",
                  "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "bench.json").read_text())
     assert set(report["tau"]) == {"dspark", "eagle3"} and set(report["tau"]["dspark"]["datasets"]) == {"code", "more"}
@@ -173,6 +173,9 @@ def test_bench_writes_tables_json_and_plots(prompts_file, tmp_path):
     assert set(report["speed"]) == {"1", "2"} and report["settings"]["drafting"] == "auto"
     for row in report["speed"].values():  # every ratio is to the same run's no-speculation row
         assert row["none"]["speedup"] == 1.0 and row["none"]["accepted_histogram"] == [row["none"]["rounds"]]
+        for kind in runs:  # each decoder timed three times in turn; tokens/s from the median one
+            walls = row[kind]["walls_s"]
+            assert len(walls) == 3 and row[kind]["tokens_per_s"] * sorted(walls)[1] == pytest.approx(3 * 8)
         assert all(row[k]["speedup"] == pytest.approx(row[k]["tokens_per_s"] / row["none"]["tokens_per_s"])
                    for k in runs)
         for kind in runs[1:]:
