@@ -14,9 +14,10 @@ Two phases, both on the reference engine (models/decoding):
    at start. Greedy makes every run emit the same tokens, so tokens/s compare like for like; the output is
    checked to equal the target's own. The speculative speed runs use --drafting (auto: the drafting gate skips
    the drafter while plain decoding is faster); every ratio is to the "none" run of the same batch size, in
-   the same invocation, so both ran under the same machine load. Each decoder is warmed up untimed, then the
-   runs repeat --speed-repeats times in turn (the order reversed every other time) and tokens/s is the median
-   repeat: a single run on a shared VM varies by about +-5%, as much as the differences measured.
+   the same invocation, so both ran under the same machine load. Each decoder is warmed up untimed; then the
+   decoders take turns batch by batch, in a rotating order, --speed-repeats times over, and tokens/s is from
+   the median repeat: a shared VM's speed drifts by about +-5% within minutes, as much as the differences
+   measured, and taking turns spreads that drift over every decoder alike.
 Every run records its accepted-length histogram (rounds by drafts accepted, models/evaluation/acceptance.py).
 Writes <out>/bench.json, bench.md (the tables) and plots: tau by dataset, acceptance by position, tokens/s,
 accepted lengths.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 from pathlib import Path
 
 import matplotlib
@@ -33,6 +35,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
 
 from dspark.kernels.warping import GREEDY, SamplingParams  # noqa: E402
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder  # noqa: E402
@@ -42,7 +45,7 @@ from dspark.models.errors import ConfigError  # noqa: E402
 from dspark.models.evaluation.acceptance import acceptance_summary  # noqa: E402
 from dspark.models.evaluation.datasets import encode_chat, load_prompts  # noqa: E402
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, save  # noqa: E402
-from dspark.models.evaluation.run import EvalSettings, decode_all, evaluate, warm_up  # noqa: E402
+from dspark.models.evaluation.run import EvalSettings, evaluate, warm_up  # noqa: E402
 from dspark.ops.commands.decoding_args import add_drafting_arg, startup_sps  # noqa: E402
 
 
@@ -128,21 +131,15 @@ def speed_phase(target, drafters: dict, encoded: dict, args) -> dict:
     sps = startup_sps(target.model, block, max(args.batch_sizes)) if aware else None
     results = {}
     for batch_size in args.batch_sizes:
-        settings = EvalSettings(args.speed_tokens, GREEDY, batch_size, args.seed, baseline=False)
+        config = GenerationConfig(args.speed_tokens, GREEDY, target.eos_token_ids)
         runs = {"none": SpeculativeDecoder(target.model)} | {k: SpeculativeDecoder(target.model, d,
                                                                                    drafting=args.drafting)
                                                               for k, d in drafters.items()}
         runs |= {f"{k}+causal": SpeculativeDecoder(target.model, d, VerifyLengthPolicy.of("causal", sps=sps),
                                                    drafting=args.drafting) for k, d in aware.items()}
-        warm_up(list(runs.values()), mixed[:batch_size], GenerationConfig(args.speed_tokens, GREEDY,
-                                                                         target.eos_token_ids), args.seed)
-        walls, outputs, identical = {kind: [] for kind in runs}, {}, {kind: True for kind in runs}
-        for repeat in range(args.speed_repeats):  # "none" runs first in the first repeat: the reference
-            for kind in list(runs) if repeat % 2 == 0 else list(reversed(runs)):
-                outputs[kind], wall = decode_all(runs[kind], mixed, settings, target.eos_token_ids,
-                                                 f"speed bs{batch_size} {kind} ({repeat + 1}/{args.speed_repeats})")
-                walls[kind].append(wall)
-                identical[kind] &= [g.token_ids for g in outputs[kind]] == [g.token_ids for g in outputs["none"]]
+        warm_up(list(runs.values()), mixed[:batch_size], config, args.seed)
+        walls, outputs, identical = timed_in_turns(runs, mixed, batch_size, config, args.speed_repeats,
+                                                     args.seed, f"speed bs{batch_size}")
         row = {}
         for kind, decoder in runs.items():
             gamma = decoder.drafter.config.gamma if decoder.drafter is not None else 0
@@ -155,6 +152,29 @@ def speed_phase(target, drafters: dict, encoded: dict, args) -> dict:
             row[kind]["speedup"] = row[kind]["tokens_per_s"] / row["none"]["tokens_per_s"]
         results[str(batch_size)] = row
     return results
+
+
+def timed_in_turns(runs: dict, prompts: list, batch_size: int, config: GenerationConfig, repeats: int, seed: int,
+                   desc: str) -> tuple:
+    """Every decoder decodes every batch of `prompts`, `repeats` times. The decoders take turns batch by
+    batch, and the order rotates, so a drift in the machine's speed (a shared VM's varies by +-5% within
+    minutes) falls on all of them alike. -> ({kind: [wall seconds per repeat]}, {kind: the last repeat's
+    generations}, {kind: whether every repeat's tokens equal the "none" run's})"""
+    batches = [prompts[i:i + batch_size] for i in range(0, len(prompts), batch_size)]
+    kinds = list(runs)
+    walls = {kind: [0.0] * repeats for kind in kinds}
+    outputs = {kind: [[] for _ in batches] for kind in kinds}
+    identical = {kind: True for kind in kinds}
+    turns = [(repeat, b) for repeat in range(repeats) for b in range(len(batches))]
+    for turn, (repeat, b) in enumerate(tqdm(turns, desc=desc, unit="batch", leave=False)):
+        for kind in kinds[turn % len(kinds):] + kinds[: turn % len(kinds)]:
+            generator = torch.Generator().manual_seed(seed + b * batch_size)
+            begin = time.perf_counter()
+            outputs[kind][b] = runs[kind].generate(batches[b], config, generator)
+            walls[kind][repeat] += time.perf_counter() - begin
+        for kind in kinds:
+            identical[kind] &= [g.token_ids for g in outputs[kind][b]] == [g.token_ids for g in outputs["none"][b]]
+    return walls, {kind: [g for batch in outputs[kind] for g in batch] for kind in kinds}, identical
 
 
 def tables(report: dict) -> str:
