@@ -18,6 +18,7 @@ from pathlib import Path
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_acceptance, plot_reliability
 from dspark.models.evaluation.run import DEEPSPEC_SEED, EvalSettings, calibration_data, evaluate
+from dspark.models.evaluation.teacher_forced import teacher_forced_acceptance
 from dspark.models.errors import ConfigError
 from dspark.ops.commands.decoding_args import (add_model_args, add_sampling_args, add_verify_args, load_models,
                                                sampling_params, verify_policy)
@@ -38,6 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_verify_args(parser)
     out = parser.add_argument_group("outputs")
     out.add_argument("--no-baseline", action="store_true", help="skip the no-speculation timing run")
+    out.add_argument("--teacher-forced", action="store_true",
+                     help="also the drafter's teacher-forced greedy acceptance on the target's own greedy replies: "
+                          "what the drafter knows of these prompts, apart from the decoding loop")
     out.add_argument("--json", type=Path, default=None)
     out.add_argument("--plots", type=Path, default=None, help="directory for acceptance / reliability PNGs")
     parser.set_defaults(func=run)
@@ -57,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
         results[name], gens = evaluate(target.model, drafter, prompts, settings, target.eos_token_ids, policy, sts,
                                        desc=name)
         generations += gens
+        if args.teacher_forced:
+            results[name]["teacher_forced"] = teacher_forced_acceptance(
+                target.model, drafter, prompts, args.max_new_tokens, target.eos_token_ids, args.batch_size).to_json()
         print(result_line(name, results[name]))
     report = {"target": str(args.target), "drafter": str(args.drafter), "kind": drafter.config.kind,
               "gamma": drafter.config.gamma, "settings": {k: v for k, v in vars(args).items() if k in SETTINGS},
@@ -75,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
 def result_line(name: str, result: dict) -> str:
     line = (f"{name}: tau {result['tau']:.3f} over {result['rounds']} rounds; acceptance by position "
             + " ".join(f"{a:.2f}" for a in result["conditional_acceptance"]))
+    if "teacher_forced" in result:
+        forced = result["teacher_forced"]
+        line += (f"; teacher-forced on the target's greedy replies: tau {forced['tau']:.3f}, acceptance "
+                 + " ".join(f"{a:.2f}" for a in forced["conditional"]))
     if "calibration" in result:
         line += f"; ECE {result['calibration']['ece_mean']:.4f}"
     if "speedup" in result:

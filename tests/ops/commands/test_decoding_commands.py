@@ -53,7 +53,8 @@ def test_generate_samples_per_prompt_without_speculation(prompts_file, tmp_path)
 def test_eval_reports_tau_acceptance_calibration_speed_and_plots(prompts_file, tmp_path, capsys):
     out, plots = tmp_path / "eval.json", tmp_path / "plots"
     assert main(["eval", *MODELS, "--drafter", str(EMBEDDED / "dspark"), "--datasets", str(prompts_file),
-                 "--policy", "fixed", "--max-new-tokens", "24", "--batch-size", "3", "--json", str(out), "--plots", str(plots)]) == 0
+                 "--policy", "fixed", "--max-new-tokens", "24", "--batch-size", "3", "--json", str(out), "--plots", str(plots),
+                 "--teacher-forced"]) == 0
     report = json.loads(out.read_text())
     result = report["datasets"]["code"]
     rounds = result["rounds"]
@@ -62,7 +63,12 @@ def test_eval_reports_tau_acceptance_calibration_speed_and_plots(prompts_file, t
     assert len(result["conditional_acceptance"]) == report["gamma"] and rounds > 0
     assert 0 <= result["calibration"]["ece_mean"] <= 1 and result["speedup"] > 0
     assert (plots / "acceptance_by_position.png").stat().st_size > 0 and (plots / "reliability.png").exists()
-    assert "macro tau" in capsys.readouterr().out
+    forced = result["teacher_forced"]  # the same drafter teacher-forced on the target's greedy replies
+    assert forced["blocks"] > 0 and len(forced["prefix"]) == report["gamma"]
+    assert forced["prefix"] == sorted(forced["prefix"], reverse=True) and 0 < forced["prefix"][0] <= 1
+    assert forced["tau"] == pytest.approx(1 + sum(forced["prefix"]), abs=1e-3)
+    printed = capsys.readouterr().out
+    assert "macro tau" in printed and "teacher-forced on the target's greedy replies: tau" in printed
 
 
 def test_calibrate_writes_sglang_json_and_reports_ece(prompts_file, tmp_path, capsys):
