@@ -24,8 +24,8 @@ from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.acceptance import acceptance_summary
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
-from dspark.models.evaluation.run import warm_up
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance
+from dspark.models.evaluation.run import warm_up
 from dspark.ops.commands.decoding_args import (add_drafting_arg, add_model_args, add_verify_args, load_models,
                                                verify_policy)
 

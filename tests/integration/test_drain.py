@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-
 from tests.integration.dspark_serve import DsparkServe, target_greedy_answers
 
 PROMPTS = ["def fibonacci(n):", "class Stack:\n    ", "import json\n\n\ndef load(", "for key, value in "]
