@@ -35,7 +35,7 @@ from dspark.models.evaluation.datasets import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_load, plot_sps
 from dspark.models.evaluation.scheduling import NO_SPEC, LoadSettings, measure_load, with_no_spec_ratio
 from dspark.models.evaluation.simulate import SIMULATION, extend_sps, fit_cost, simulate, simulate_no_spec
-from dspark.ops.commands.decoding_args import add_drafting_arg, add_model_args, load_models
+from dspark.ops.commands.decoding_args import add_drafting_arg, add_model_args, dtype_name, load_models
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     simulated = simulate_all(measured, traces, chosen, sps, gamma, args.simulate_to, args.seed)
     report = {"target": str(args.target), "drafter": str(args.drafter), "gamma": gamma,
               "sampling": vars(sampling), "max_new_tokens": args.max_new_tokens, "threads": args.threads,
-              "drafting": args.drafting, "sps_table": sps.to_json(), "simulated": simulated,
+              "drafting": args.drafting, "drafter_dtype": dtype_name(drafter), "sps_table": sps.to_json(),
+              "simulated": simulated,
               "measured": [{k: v for k, v in row.items() if k != "rounds"} for row in measured],
               "checks": checks(measured)}
     (args.out / "sched.json").write_text(json.dumps(report, indent=1) + "\n")

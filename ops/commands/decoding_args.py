@@ -8,7 +8,7 @@ import torch
 
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding.drafting_gate import DEFAULT_DRAFTING, DRAFTING_MODES
-from dspark.models.decoding.loading import Target, load_drafter_for, load_target
+from dspark.models.decoding.loading import DEFAULT_DRAFTER_DTYPE, DRAFTER_DTYPES, Target, load_drafter_for, load_target
 from dspark.models.decoding.settings import SPS_POLICIES
 from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sps
 from dspark.models.decoding.sts import load_sts
@@ -27,7 +27,20 @@ def add_model_args(parser: argparse.ArgumentParser, drafter_required: bool = Tru
         choice.add_argument("--drafter", type=Path, help="drafter checkpoint directory")
         choice.add_argument("--no-spec", action="store_true", help="decode with the target alone")
     group.add_argument("--device", default="cpu", help="cpu or cuda")
+    add_drafter_dtype_arg(group)
     group.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+
+
+def add_drafter_dtype_arg(parser) -> None:
+    """--drafter-dtype (models/decoding/loading.py): the drafter's compute dtype, lossless whichever."""
+    parser.add_argument("--drafter-dtype", choices=tuple(DRAFTER_DTYPES), default=DEFAULT_DRAFTER_DTYPE,
+                        help="auto: bfloat16 beside a float32 target on a CPU with native bf16, else the target's "
+                             f"(default: {DEFAULT_DRAFTER_DTYPE})")
+
+
+def dtype_name(drafter) -> str:
+    """The drafter's compute dtype as reports record it: 'bfloat16'."""
+    return str(drafter.dtype).removeprefix("torch.")
 
 
 def add_sampling_args(parser: argparse.ArgumentParser, temperature: float, max_new_tokens: int) -> None:
@@ -71,7 +84,8 @@ def load_models(args: argparse.Namespace) -> tuple:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
     target: Target = load_target(args.target, args.device)
-    return target, load_drafter_for(None if getattr(args, "no_spec", False) else args.drafter, target)
+    return target, load_drafter_for(None if getattr(args, "no_spec", False) else args.drafter, target,
+                                    args.drafter_dtype)
 
 
 def verify_policy(args: argparse.Namespace, drafter, target_model=None,

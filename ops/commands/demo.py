@@ -26,8 +26,8 @@ from dspark.models.evaluation.acceptance import acceptance_summary
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance
 from dspark.models.evaluation.run import warm_up
-from dspark.ops.commands.decoding_args import (add_drafting_arg, add_model_args, add_verify_args, load_models,
-                                               verify_policy)
+from dspark.ops.commands.decoding_args import (add_drafting_arg, add_model_args, add_verify_args, dtype_name,
+                                               load_models, verify_policy)
 
 DEMO_PROMPTS = (
     "A bakery sells muffins for $3 each and cookies for $1.50 each. Sam buys 4 muffins and 6 cookies. "
@@ -89,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
           f"{speedup:.2f}x faster on {torch.get_num_threads()} CPU thread(s)")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "demo.json").write_text(json.dumps({
-        "target": str(args.target), "drafter": str(args.drafter), "policy": policy.name, "drafting": args.drafting, "tokens_per_s": speed,
+        "target": str(args.target), "drafter": str(args.drafter), "policy": policy.name, "drafting": args.drafting,
+        "drafter_dtype": dtype_name(drafter), "tokens_per_s": speed,
         "speedup": speedup,
         "acceptance": summary, "answers": records}, indent=1) + "\n")
     plot = plot_acceptance({drafter.config.kind: summary}, args.out / "acceptance_by_position.png",
