@@ -13,9 +13,9 @@ import sys
 from dspark.models.errors import DsparkError
 
 # Subcommand modules, in the order `dspark --help` lists them.
-COMMANDS = ("embedded_target", "train", "check", "provide_target", "generate", "eval", "calibrate", "profile_sps",
-            "demo", "bench", "bench_sched", "serve", "admin_server", "admin", "bench_serve", "bench_trace", "soak",
-            "gpu_check")
+COMMANDS = ("embedded_target", "train", "self_chat", "check", "provide_target", "generate", "eval", "calibrate",
+            "profile_sps", "demo", "bench", "bench_sched", "serve", "admin_server", "admin", "bench_serve",
+            "bench_trace", "soak", "gpu_check")
 
 
 def build_parser() -> argparse.ArgumentParser:

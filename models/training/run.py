@@ -139,11 +139,20 @@ def corpus_documents(corpus: Corpus, tokenizer, split: str) -> list[torch.Tensor
 
 
 def chat_prompt_texts(job: "TrainJob", corpus: Corpus) -> tuple[list[str], str]:
-    """The chat prompts (first user turns) and where they come from."""
+    """The chat prompts (first user turns: job.builtin_prompts of the built-in set, then the prompts file's; each
+    text once) and where they come from."""
+    builtin = job.builtin_prompts if job.builtin_prompts is not None else \
+        (0 if job.prompts_file is not None else BUILTIN_CHAT_PROMPTS)
+    texts, sources = [], []
+    if builtin:
+        texts += [r["turns"][0] for r in generate_chat_prompts(corpus, builtin, seed=0)]
+        sources.append(f"built-in generated set ({builtin} prompts, seed 0)")
     if job.prompts_file is not None:
-        return read_turns(job.prompts_file), str(job.prompts_file)
-    records = generate_chat_prompts(corpus, BUILTIN_CHAT_PROMPTS, seed=0)
-    return [r["turns"][0] for r in records], f"built-in generated set ({BUILTIN_CHAT_PROMPTS} prompts, seed 0)"
+        texts += read_turns(job.prompts_file)
+        sources.append(str(job.prompts_file))
+    if not texts:
+        raise ConfigError("no chat prompts: give --prompts-file or a --builtin-prompts count above 0")
+    return list(dict.fromkeys(texts)), " and ".join(sources)
 
 
 def job_documents(job: "TrainJob", tokenizer, corpus: Corpus):
@@ -276,6 +285,7 @@ class TrainJob:
     resume: bool = False
     mask_token_id: int | None = None  # default: the tokenizer's mask token
     prompts_file: Path | None = None  # chat source: {"turns": [...]} records; None: the built-in generated set
+    builtin_prompts: int | None = None  # chat source: how many built-in prompts too (None: all without a file, else 0)
     feature_cache_dir: Path | None = None  # cache the target's outputs here once; None: a target forward per step
     init_from_target: bool = False  # start from the target's top layers (target_init.py), not a random init
     command: str = ""

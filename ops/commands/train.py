@@ -70,7 +70,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="generations: the target continues stdlib windows; corpus: the windows themselves; "
                            "chat: the target replies to chat prompts in its chat template")
     data.add_argument("--prompts-file", type=Path, default=None,
-                      help="chat source: .jsonl of {\"turns\": [...]} records (default: the built-in generated set)")
+                      help="chat source: .jsonl of {\"turns\": [...]} records (default: the built-in generated set), "
+                           "e.g. user turns the target wrote itself (`dspark self-chat`)")
+    data.add_argument("--builtin-prompts", type=int, default=None,
+                      help="chat source: this many prompts of the built-in generated set too (default: 6000 without "
+                           "--prompts-file, 0 with it)")
     data.add_argument("--num-samples", type=int, default=2048)
     data.add_argument("--prompt-len", type=int, default=64)
     data.add_argument("--response-len", type=int, default=128)
@@ -145,6 +149,11 @@ def build_job(args: argparse.Namespace) -> TrainJob:
         raise ConfigError(f"--prompts-file is read by --data-source chat only, not {args.data_source!r}")
     if args.prompts_file is not None and not args.prompts_file.is_file():
         raise ConfigError(f"--prompts-file {args.prompts_file} does not exist")
+    if args.builtin_prompts is not None and args.data_source != "chat":
+        raise ConfigError(f"--builtin-prompts is read by --data-source chat only, not {args.data_source!r}")
+    if args.builtin_prompts is not None and (args.builtin_prompts < 0 or
+                                             (args.builtin_prompts == 0 and args.prompts_file is None)):
+        raise ConfigError(f"--builtin-prompts must be >= 1, or 0 with a --prompts-file; got {args.builtin_prompts}")
     spec = DrafterSpec(
         kind=args.drafter, block_size=args.block_size, num_layers=args.num_layers,
         target_layer_ids=tuple(args.target_layer_ids) if args.target_layer_ids else None,
@@ -167,6 +176,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
         train=train, stdlib_root=args.stdlib or default_stdlib_root(), held_out_percent=args.held_out_percent,
         data_cache_dir=args.data_cache, eval_samples=args.eval_samples, save_dtype=args.save_dtype, slim=args.slim,
         resume=args.resume, mask_token_id=args.mask_token_id, prompts_file=args.prompts_file,
+        builtin_prompts=args.builtin_prompts,
         feature_cache_dir=args.feature_cache, init_from_target=args.init_from_target,
         command=reproduce_command(args._parser, args),
     )

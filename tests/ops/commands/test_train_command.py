@@ -114,3 +114,14 @@ def test_prompts_file_needs_the_chat_source(tiny_setup, tmp_path, capsys):
     prompts.write_text('{"turns": ["hi"]}\n')
     assert main(_args(root, target_dir, lib, "dspark", root / "x", "--prompts-file", str(prompts))) == 2
     assert "--prompts-file is read by --data-source chat only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--builtin-prompts", "5"], "--builtin-prompts is read by --data-source chat only"),
+    (["--data-source", "chat", "--builtin-prompts", "0"], "--builtin-prompts must be >= 1, or 0 with a --prompts-file"),
+    (["--data-source", "chat", "--builtin-prompts", "-3"], "--builtin-prompts must be >= 1"),
+])
+def test_builtin_prompts_count_is_checked(tiny_setup, extra, message, capsys):
+    root, target_dir, lib = tiny_setup
+    assert main(_args(root, target_dir, lib, "dspark", root / "y", *extra)) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,51 @@
+"""`dspark self-chat`: user turns written by the target itself, as a prompts file for `dspark train`.
+
+    dspark self-chat --target DIR --count 600 --out self_chat.jsonl
+    dspark train --data-source chat --prompts-file self_chat.jsonl --builtin-prompts 600 ...
+
+models/training/self_chat.py says how (the target opens a user turn in its own chat template and writes it).
+Records are {"turns": [text]} JSONL, one per line, in the order drawn; the same settings give the same file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from dspark.models.errors import ConfigError
+from dspark.models.training.run import load_target, load_target_config
+from dspark.models.training.self_chat import sample_user_turns, user_turn_opening
+from dspark.models.training.trainer import bf16_autocast
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("self-chat", help="sample chat prompts (user turns) from the target itself",
+                                   description=__doc__.splitlines()[0])
+    parser.add_argument("--target", type=Path, required=True, help="transformers chat model directory")
+    parser.add_argument("--count", type=int, required=True, help="distinct user turns to write")
+    parser.add_argument("--out", type=Path, required=True, help=".jsonl file to write")
+    parser.add_argument("--max-tokens", type=int, default=96, help="a turn not closed within this many is dropped")
+    parser.add_argument("--batch-size", type=int, default=64, help="turns sampled together")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (faster on AMX; other samples)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
+    _, tokenizer = load_target_config(args.target)
+    user_turn_opening(tokenizer)  # a target without chat turns is refused before its weights load
+    device = torch.device("cpu")
+    target = load_target(args.target, device)
+    with bf16_autocast(args.bf16, device):
+        turns = sample_user_turns(target, tokenizer, args.count, max_tokens=args.max_tokens, seed=args.seed,
+                                  batch_size=args.batch_size)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("".join(json.dumps({"turns": [turn]}) + "\n" for turn in turns), encoding="utf-8")
+    print(f"wrote {len(turns)} user turns to {args.out}")
+    return 0
