@@ -8,13 +8,15 @@ import torch
 
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding.drafting_gate import DEFAULT_DRAFTING, DRAFTING_MODES
-from dspark.models.decoding.loading import DEFAULT_DRAFTER_DTYPE, DRAFTER_DTYPES, Target, load_drafter_for, load_target
+from dspark.models.decoding.loading import (DEFAULT_DRAFTER_DTYPE, DRAFTER_DTYPES, Target, load_drafter_for,
+                                            load_target)
 from dspark.models.decoding.settings import SPS_POLICIES
 from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sps
 from dspark.models.decoding.sts import load_sts
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
 from dspark.ops.commands.settings_args import add_settings_args, settings_from_args
+from dspark.ops.commands.threads import add_threads_arg, use_threads
 
 
 def add_model_args(parser: argparse.ArgumentParser, drafter_required: bool = True) -> None:
@@ -28,7 +30,7 @@ def add_model_args(parser: argparse.ArgumentParser, drafter_required: bool = Tru
         choice.add_argument("--no-spec", action="store_true", help="decode with the target alone")
     group.add_argument("--device", default="cpu", help="cpu or cuda")
     add_drafter_dtype_arg(group)
-    group.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    add_threads_arg(group)
 
 
 def add_drafter_dtype_arg(parser) -> None:
@@ -80,9 +82,7 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
 
 def load_models(args: argparse.Namespace) -> tuple:
     """(target, drafter or None) after validating the paths; sets the thread count."""
-    if args.threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
-    torch.set_num_threads(args.threads)
+    use_threads(args)
     target: Target = load_target(args.target, args.device)
     return target, load_drafter_for(None if getattr(args, "no_spec", False) else args.drafter, target,
                                     args.drafter_dtype)

@@ -11,12 +11,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
-
 from dspark.models.decoding.loading import load_target
 from dspark.models.decoding.sps_profile import DEFAULT_BATCH_TOKENS, profile_sps
-from dspark.models.errors import ConfigError
 from dspark.models.evaluation.plots import plot_sps
+from dspark.ops.commands.threads import add_threads_arg, use_threads
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,14 +29,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    add_threads_arg(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
-    torch.set_num_threads(args.threads)
+    use_threads(args)
     target = load_target(args.target, args.device)
     table, records = profile_sps(target.model, args.batch_tokens, tokens_per_request=args.tokens_per_request,
                                  context_len=args.context_len, warmup=args.warmup, repeats=args.repeats)

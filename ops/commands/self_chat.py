@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
-from dspark.models.errors import ConfigError
 from dspark.models.training.run import load_target, load_target_config
 from dspark.models.training.self_chat import sample_user_turns, user_turn_opening
 from dspark.models.training.trainer import bf16_autocast
+from dspark.ops.commands.threads import add_threads_arg, use_threads
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,14 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="turns sampled together")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (faster on AMX; other samples)")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    add_threads_arg(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
-    torch.set_num_threads(args.threads)
+    use_threads(args)
     _, tokenizer = load_target_config(args.target)
     user_turn_opening(tokenizer)  # a target without chat turns is refused before its weights load
     device = torch.device("cpu")
