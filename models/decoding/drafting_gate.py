@@ -6,16 +6,24 @@ forward and commits exactly one. The gate measures both online, as the engine ru
 
     tau_spec / seconds_spec  >=  1 / seconds_plain          (tokens per request per second)
 
-Every estimate is an exponential moving average (weight SMOOTHING on the newest round) of the rounds measured at
-one batch size (costs depend on it), kept per size for the decoder's lifetime (all its generate calls: one
-target, drafter and policy): under continuous batching the size moves by one as requests finish and join, and a
-size seen before is decided on what was measured there. A size
-not yet measured on both sides follows the nearest size that is; until some size is, the gate explores: a
-speculative round, then a plain one. Whichever side loses is re-measured after REPROBE_EVERY rounds, so a
-drafter that starts paying (easier text, a smaller batch) is picked up again, and a new size gets both sides.
-Each re-probe that leaves the verdict as it was doubles the wait, up to MAX_REPROBE_EVERY; a changed verdict
-starts again at REPROBE_EVERY. A re-probe of a losing drafter costs one speculative round (2-3 decode steps on
-a CPU), so a fixed interval of 16 would cost up to ~8%; the backoff keeps that to a few percent.
+Every estimate is an exponential moving average of the rounds measured at one batch size (costs depend on it),
+kept per size for the decoder's lifetime (all its generate calls: one target, drafter and policy): under
+continuous batching the size moves by one as requests finish and join, and a size seen before is decided on what
+was measured there. A size not yet measured on both sides follows the nearest size that is; until some size is,
+the gate explores: a speculative round, then a plain one.
+
+A round's tokens per request average its b requests, so it carries the evidence of b rounds of one request and
+weighs as much: the newest round gets weight 1 - (1 - SMOOTHING)^b (0.3 at batch 1, 0.94 at batch 8). At batch 1
+one short round (acceptance varies a lot from round to round) does not switch drafting off; at batch 8, when the
+easy first rounds of the replies give way to harder text, the gate stops drafting after one losing round instead
+of following a slow average for several (with weight 0.3 at every size that lag cost DSpark, every draft
+verified, 10% at batch 8).
+
+Whichever side loses is re-measured after REPROBE_EVERY rounds, so a drafter that starts paying (easier text, a
+smaller batch) is picked up again, and a new size gets both sides. Each re-probe that leaves the verdict as it
+was doubles the wait, up to MAX_REPROBE_EVERY; a changed verdict starts again at REPROBE_EVERY. A re-probe of a
+losing drafter costs one speculative round (2-3 decode steps on a CPU), so a fixed interval of 16 would cost up
+to ~8%; the backoff keeps that to a few percent.
 
 Skipping drafting changes how many tokens a round commits, never which: a plain round verifies the anchor alone,
 which is ordinary decoding from the target (greedy identity and the sampled distribution hold either way).
@@ -43,12 +51,12 @@ class Measured:
     seconds: Optional[float] = None
     tokens_per_request: Optional[float] = None
 
-    def add(self, seconds: float, tokens_per_request: float) -> None:
+    def add(self, seconds: float, tokens_per_request: float, weight: float) -> None:
         if self.seconds is None:
             self.seconds, self.tokens_per_request = seconds, tokens_per_request
             return
-        self.seconds += SMOOTHING * (seconds - self.seconds)
-        self.tokens_per_request += SMOOTHING * (tokens_per_request - self.tokens_per_request)
+        self.seconds += weight * (seconds - self.seconds)
+        self.tokens_per_request += weight * (tokens_per_request - self.tokens_per_request)
 
     def rate(self) -> float:
         return self.tokens_per_request / self.seconds if self.seconds else float("inf")
@@ -99,4 +107,5 @@ class DraftingGate:
     def observe(self, batch_size: int, drafted: bool, seconds: float, tokens_per_request: float) -> None:
         """A finished round of `batch_size` requests: its wall time and tokens committed per request."""
         sides = self.sizes.setdefault(batch_size, Sides())
-        (sides.spec if drafted else sides.plain).add(seconds, tokens_per_request)
+        weight = 1 - (1 - SMOOTHING) ** batch_size  # the round averages batch_size requests (module docstring)
+        (sides.spec if drafted else sides.plain).add(seconds, tokens_per_request, weight)

@@ -69,6 +69,18 @@ def test_batch_sizes_keep_their_own_measurements_and_a_new_one_follows_the_neare
     assert choices(gate, 3, batch_size=7) == [True] * 3  # 7 follows its nearest measured size, 8
 
 
+@pytest.mark.parametrize("batch_size, stops", [(1, False), (8, True)])
+def test_one_losing_round_stops_drafting_at_batch_8_but_not_at_batch_1(batch_size, stops):
+    # drafting wins (3 tokens / 100 ms = 30 tok/s against 25), then one speculative round commits 1.5 tokens per
+    # request (15 tok/s): at batch 1 that is one request's bad luck, at batch 8 the average of eight
+    gate = DraftingGate("auto")
+    assert choices(gate, 4, spec=(0.10, 3.0), batch_size=batch_size)[2:] == [True, True]
+    gate.observe(batch_size, True, 0.10, 1.5)
+    assert gate.drafts(batch_size) is not stops
+    assert gate.sizes[batch_size].spec.tokens_per_request == pytest.approx(
+        3.0 - (1 - (1 - drafting_gate.SMOOTHING) ** batch_size) * 1.5)
+
+
 def test_an_unknown_mode_is_refused_by_name(embedded_target):
     with pytest.raises(ConfigError, match="drafting must be one of auto|always, got 'sometimes'"):
         SpeculativeDecoder(embedded_target, drafting="sometimes")
