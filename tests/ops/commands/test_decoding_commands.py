@@ -54,9 +54,10 @@ def test_eval_reports_tau_acceptance_calibration_speed_and_plots(prompts_file, t
     out, plots = tmp_path / "eval.json", tmp_path / "plots"
     assert main(["eval", *MODELS, "--drafter", str(EMBEDDED / "dspark"), "--datasets", str(prompts_file),
                  "--policy", "fixed", "--max-new-tokens", "24", "--batch-size", "3", "--json", str(out), "--plots", str(plots),
-                 "--teacher-forced"]) == 0
+                 "--teacher-forced", "--drafter-dtype", "float32"]) == 0
     report = json.loads(out.read_text())
     result = report["datasets"]["code"]
+    assert report["drafter_dtype"] == "float32"
     rounds = result["rounds"]
     assert 1 < result["tau"] <= report["gamma"] + 1 and report["macro_tau"] == result["tau"]
     assert 6 <= result["generated_tokens"] <= 6 * 24
