@@ -21,7 +21,8 @@ such as the embedded target there are no chat turns, so the analogue is:
 
 All samples have the same length, so batches need no padding beyond the tail. Target features are not
 stored: the trainer recomputes them online with a target forward. The token ids alone are small, so a dataset can
-be cached with save_dataset / load_dataset (a .pt file next to a JSON key: the DataConfig and the target's identity).
+be cached with save_dataset / load_dataset (a .pt file next to a JSON key: the DataConfig and the target's identity),
+and a generation interrupted part-way resumes from its `partial` file (build_dataset).
 
 RNG contract: every random choice (window offsets, sampled tokens) comes from one CPU torch.Generator seeded with
 DataConfig.seed; the same config, documents and target give the same dataset.
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,8 +181,16 @@ def build_dataset(
     target: torch.nn.Module | None = None,
     eos_token_id: int | None = None,
     progress: bool = True,
+    partial: Path | None = None,
 ) -> TokenDataset:
-    """Build cfg.num_samples samples from the documents (and the target, for source="generations")."""
+    """Build cfg.num_samples samples from the documents (and the target, for the generated sources).
+
+    partial: a file that holds the generation so far, rewritten after every batch (the finished batches and the
+    generator's state). A build interrupted part-way (generating thousands of replies on a CPU takes tens of
+    minutes) and started again with the same file, config, documents and target continues where it stopped and
+    returns exactly the dataset of an uninterrupted build. The caller ties the file to the dataset's key and
+    removes it once the dataset is saved.
+    """
     generator = torch.Generator().manual_seed(cfg.seed)
     if cfg.source == "corpus":
         ids = sample_windows(documents, cfg.seq_len, cfg.num_samples, generator)
@@ -196,16 +206,34 @@ def build_dataset(
         prompt_mask = torch.ones_like(prompts, dtype=torch.bool)
     device = next(target.parameters()).device
     parts = []
+    if partial is not None and partial.exists():
+        saved = torch.load(partial)
+        parts = [TokenDataset(**part) for part in saved["parts"]]
+        generator.set_state(saved["generator"])
     starts = range(0, cfg.num_samples, cfg.generation_batch_size)
-    for start in tqdm(starts, desc="generating training data", unit="batch", disable=not progress):
+    bar = tqdm(starts, desc="generating training data", unit="batch", disable=not progress, initial=len(parts))
+    for start in starts[len(parts):]:
         rows = slice(start, start + cfg.generation_batch_size)
         # Drop the padding columns no prompt of this batch needs (a batch holds prompts of similar length).
         width = int(prompt_mask[rows].sum(dim=1).max())
         chunk, chunk_mask = prompts[rows, -width:].to(device), prompt_mask[rows, -width:].to(device)
         part = continue_prompts(target, chunk, cfg, eos_token_id, generator, prompt_mask=chunk_mask)
-        parts.append(right_align(part, cfg.seq_len, eos_token_id))
+        aligned = right_align(part, cfg.seq_len, eos_token_id)
+        parts.append(TokenDataset(aligned.input_ids.cpu(), aligned.loss_mask.cpu(), aligned.attention_mask.cpu()))
+        if partial is not None:
+            save_atomically({"parts": [vars(done) for done in parts], "generator": generator.get_state()}, partial)
+        bar.update()
+    bar.close()
     fields = ("input_ids", "loss_mask", "attention_mask")
-    return TokenDataset(*(torch.cat([getattr(part, f) for part in parts]).cpu() for f in fields))
+    return TokenDataset(*(torch.cat([getattr(part, f) for part in parts]) for f in fields))
+
+
+def save_atomically(obj, path: Path) -> None:
+    """torch.save through a temporary file: an interruption leaves the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
 
 
 def pick_chat_prompts(

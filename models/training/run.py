@@ -295,7 +295,9 @@ def cached_dataset(documents, cfg: DataConfig, target, eos_id: int, key: dict, c
     """Load the dataset for `key` from cache_dir, or build it on rank 0 and save it; other ranks wait and load."""
     path = cache_dir / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16] + ".pt")
     if dist.is_main and load_dataset(path, key) is None:
-        save_dataset(build_dataset(documents, cfg, target, eos_id), key, path)
+        partial = path.with_suffix(".partial.pt")  # the generation so far: an interrupted run picks it up
+        save_dataset(build_dataset(documents, cfg, target, eos_id, partial=partial), key, path)
+        partial.unlink(missing_ok=True)
     dist.barrier()
     dataset = load_dataset(path, key)
     assert dataset is not None, f"{path} vanished after it was written"

@@ -85,6 +85,40 @@ def test_sampled_dataset_is_seeded_and_shaped(peaked_target, tiny_documents):
     assert not torch.equal(a.input_ids, c.input_ids)
 
 
+class _Interrupted(Exception):
+    pass
+
+
+class _Counting(torch.nn.Module):
+    """The target, counting its forwards, and interrupted (as a killed run is) at forward `stop_at` if given."""
+
+    def __init__(self, target: torch.nn.Module, stop_at: int | None = None) -> None:
+        super().__init__()
+        self.target, self.stop_at, self.calls = target, stop_at, 0
+
+    def forward(self, **kwargs):
+        self.calls += 1
+        if self.calls == self.stop_at:
+            raise _Interrupted
+        return self.target(**kwargs)
+
+
+def test_an_interrupted_generation_resumes_to_the_dataset_of_an_uninterrupted_one(peaked_target, tiny_documents,
+                                                                                  tmp_path):
+    cfg = DataConfig(num_samples=10, prompt_len=8, response_len=6, generation_batch_size=4, seed=3)  # 3 batches
+    whole = _Counting(peaked_target)
+    expected = build_dataset(tiny_documents, cfg, whole, EOS_ID, progress=False)
+    partial = tmp_path / "data.partial.pt"
+    with pytest.raises(_Interrupted):  # in the second batch: the first takes at most 1 prefill + 5 decode forwards
+        build_dataset(tiny_documents, cfg, _Counting(peaked_target, stop_at=8), EOS_ID, progress=False, partial=partial)
+    assert len(torch.load(partial)["parts"]) == 1
+    resumed = _Counting(peaked_target)
+    dataset = build_dataset(tiny_documents, cfg, resumed, EOS_ID, progress=False, partial=partial)
+    assert resumed.calls < whole.calls  # the first batch was not generated again
+    for field in ("input_ids", "loss_mask", "attention_mask"):
+        assert torch.equal(getattr(dataset, field), getattr(expected, field)), field
+
+
 def test_corpus_source_masks_the_prompt(tiny_documents):
     cfg = DataConfig(source="corpus", num_samples=4, prompt_len=3, response_len=5)
     data = build_dataset(tiny_documents, cfg)

@@ -57,6 +57,8 @@ def test_train_exports_a_loadable_drafter_with_card(drafter, tiny_setup, capsys)
     log = json.loads((out / "train_log.json").read_text())
     assert log["steps"] == 3 and len(log["history"]) == 3
     assert "wrote" in capsys.readouterr().out
+    cached = sorted(path.name for path in (root / "cache").iterdir())
+    assert any(name.endswith(".pt") for name in cached) and not any("partial" in name for name in cached), cached
 
 
 def test_resume_picks_up_the_latest_checkpoint(tiny_setup):
