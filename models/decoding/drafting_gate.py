@@ -28,18 +28,20 @@ to ~8%; the backoff keeps that to a few percent.
 Skipping drafting changes how many tokens a round commits, never which: a plain round verifies the anchor alone,
 which is ordinary decoding from the target (greedy identity and the sampled distribution hold either way).
 
+    auto     the gate above (the default: generation, the demo, speed benchmarks, serving)
     always   draft every round (DeepSpec's protocol; acceptance measurements, `dspark eval`)
-    auto     the gate above (generation, the demo, speed benchmarks)
+    never    plain decoding through the same loop (served: turns speculation off without a restart)
+
+The mode is the `drafting` setting (settings.py: its one definition).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional
 
+from dspark.models.decoding.settings import DRAFTING_MODES
 from dspark.models.errors import ConfigError
 
-DRAFTING_MODES = ("auto", "always")
-DEFAULT_DRAFTING = "auto"
 SMOOTHING = 0.3
 REPROBE_EVERY = 16
 MAX_REPROBE_EVERY = 256
@@ -77,7 +79,7 @@ class Sides:
 
 @dataclass
 class DraftingGate:
-    mode: str = DEFAULT_DRAFTING
+    mode: str = "auto"
     sizes: dict[int, Sides] = field(default_factory=dict)  # batch size -> its measurements
     since_probe: int = 0  # rounds since the losing side was last measured
     probe_every: int = REPROBE_EVERY  # rounds between re-probes (doubles while the verdict holds)
@@ -89,8 +91,8 @@ class DraftingGate:
 
     def drafts(self, batch_size: int) -> bool:
         """Whether the next round, of `batch_size` requests, drafts."""
-        if self.mode == "always":
-            return True
+        if self.mode != "auto":
+            return self.mode == "always"
         known = [size for size, sides in self.sizes.items() if sides.known()]
         if not known:  # explore: speculative first, then plain
             here = self.sizes.get(batch_size, Sides())

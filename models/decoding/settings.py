@@ -35,6 +35,8 @@ the policies and knows nothing of this module.
     auto_refit_ece    refit the STS temperatures on the live window by itself when a position's ECE exceeds
                       this (null: never; served only)
     auto_refit_min_samples  labelled request-rounds the window must hold before an automatic refit
+    drafting          auto: draft only while speculation beats plain rounds, measured online (drafting_gate.py;
+                      served: integration/drafting.py) | always: every round | never: plain decoding
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ POLICIES = ALLOCATOR_POLICIES + (SGLANG_POLICY,)
 CONFIDENCE_POLICIES = ("causal", "lagged", "threshold")  # the ones that read the confidence head
 SPS_POLICIES = ("causal", "lagged")  # the ones that plan on the SPS table
 THRESHOLD_ON = ("survival", "confidence")
+DRAFTING_MODES = ("auto", "always", "never")  # drafting_gate.py
 GAMMA = "gamma"  # a bound that is the drafter's block size
 
 Bound = Union[int, float, str, None]  # a number, GAMMA, or the name of another setting
@@ -111,6 +114,8 @@ class VerifySettings:
                                               nullable=True)
     auto_refit_min_samples: int = setting(512, "labelled request-rounds the live window must hold before an "
                                           "automatic STS refit (served only)", int, low=1)
+    drafting: str = setting("auto", "auto: draft only while speculation beats plain rounds (measured online); "
+                            "always: every round; never: plain decoding", str, choices=DRAFTING_MODES)
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -78,9 +78,10 @@ def calibration_report(data: CalibrationData, temperatures: Optional[torch.Tenso
 
 def evaluate(target: torch.nn.Module, drafter: Drafter, prompts: Sequence[List[int]], settings: EvalSettings,
              eos_token_ids: tuple, policy: VerifyLengthPolicy = VerifyLengthPolicy.of("fixed"),
-             sts_temperatures: Optional[torch.Tensor] = None, desc: str = "eval") -> Tuple[dict, List[Generation]]:
+             sts_temperatures: Optional[torch.Tensor] = None, desc: str = "eval",
+             drafting: str = "always") -> Tuple[dict, List[Generation]]:
     """Metrics for one dataset (module docstring) and the speculative generations behind them."""
-    decoder = SpeculativeDecoder(target, drafter, policy, sts_temperatures)
+    decoder = SpeculativeDecoder(target, drafter, policy, sts_temperatures, drafting)
     generations, wall = decode_all(decoder, prompts, settings, eos_token_ids, f"{desc} speculative")
     result = {**acceptance_summary(generations, drafter.config.gamma), "prompts": len(prompts), "wall_s": wall}
     result["tokens_per_s"] = result["generated_tokens"] / wall

@@ -7,7 +7,6 @@ from pathlib import Path
 import torch
 
 from dspark.kernels.warping import SamplingParams
-from dspark.models.decoding.drafting_gate import DEFAULT_DRAFTING, DRAFTING_MODES
 from dspark.models.decoding.loading import (DEFAULT_DRAFTER_DTYPE, DRAFTER_DTYPES, Target, load_drafter_for,
                                             load_target)
 from dspark.models.decoding.settings import SPS_POLICIES
@@ -55,18 +54,16 @@ def add_sampling_args(parser: argparse.ArgumentParser, temperature: float, max_n
     group.add_argument("--batch-size", type=int, default=1, help="requests decoded together")
 
 
-def add_verify_args(parser: argparse.ArgumentParser) -> None:
+def add_verify_args(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:
     """The verify-plan settings (settings_args.py) plus the STS calibration file of the drafter."""
-    add_settings_args(parser)
+    add_settings_args(parser, defaults=defaults)
     parser.add_argument("--sts", type=Path, default=None,
                         help="STS calibration JSON from `dspark calibrate` (--sts-temperatures overrides it)")
 
 
 def add_drafting_arg(parser: argparse.ArgumentParser) -> None:
-    """--drafting (models/decoding/drafting_gate.py): auto skips drafting while it does not pay."""
-    parser.add_argument("--drafting", choices=DRAFTING_MODES, default=DEFAULT_DRAFTING,
-                        help="auto: draft only while speculation beats plain decoding (measured online); always: "
-                             f"draft every round (default: {DEFAULT_DRAFTING})")
+    """--drafting alone (models/decoding/settings.py), for the commands that pick their policies themselves."""
+    add_settings_args(parser, "drafting gate (models/decoding/drafting_gate.py)", only=("drafting",))
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:

@@ -26,8 +26,7 @@ from dspark.models.evaluation.acceptance import acceptance_summary
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance
 from dspark.models.evaluation.run import warm_up
-from dspark.ops.commands.decoding_args import (add_drafting_arg, add_model_args, add_verify_args, dtype_name,
-                                               load_models, verify_policy)
+from dspark.ops.commands.decoding_args import add_model_args, add_verify_args, dtype_name, load_models, verify_policy
 
 DEMO_PROMPTS = (
     "A bakery sells muffins for $3 each and cookies for $1.50 each. Sam buys 4 muffins and 6 cookies. "
@@ -46,7 +45,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--out", type=Path, default=Path("out/demo"))
     add_verify_args(parser)
-    add_drafting_arg(parser)
     parser.set_defaults(func=run)
 
 

@@ -24,6 +24,8 @@ from dspark.ops.commands.decoding_args import (add_model_args, add_sampling_args
                                                load_models, sampling_params, verify_policy)
 
 
+# eval measures acceptance, so it drafts every round unless told otherwise (--drafting auto: with the gate)
+SETTINGS_DEFAULTS = {"drafting": "always"}
 SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "batch_size", "limit", "threshold")
 
 
@@ -36,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--limit", type=int, default=None, help="prompts per dataset (default: DeepSpec's caps)")
     add_sampling_args(parser, temperature=1.0, max_new_tokens=256)
     parser.set_defaults(seed=DEEPSPEC_SEED)
-    add_verify_args(parser)
+    add_verify_args(parser, defaults=SETTINGS_DEFAULTS)
     out = parser.add_argument_group("outputs")
     out.add_argument("--no-baseline", action="store_true", help="skip the no-speculation timing run")
     out.add_argument("--teacher-forced", action="store_true",
@@ -59,14 +61,14 @@ def run(args: argparse.Namespace) -> int:
     for name, texts in datasets.items():
         prompts = [encode_chat(target.tokenizer, text) for text in texts]
         results[name], gens = evaluate(target.model, drafter, prompts, settings, target.eos_token_ids, policy, sts,
-                                       desc=name)
+                                       desc=name, drafting=args.drafting)
         generations += gens
         if args.teacher_forced:
             results[name]["teacher_forced"] = teacher_forced_acceptance(
                 target.model, drafter, prompts, args.max_new_tokens, target.eos_token_ids, args.batch_size).to_json()
         print(result_line(name, results[name]))
     report = {"target": str(args.target), "drafter": str(args.drafter), "kind": drafter.config.kind,
-              "gamma": drafter.config.gamma, "drafter_dtype": dtype_name(drafter), "settings": {k: v for k, v in vars(args).items() if k in SETTINGS},
+              "gamma": drafter.config.gamma, "drafter_dtype": dtype_name(drafter), "drafting": args.drafting, "settings": {k: v for k, v in vars(args).items() if k in SETTINGS},
               "datasets": results, "macro_tau": sum(r["tau"] for r in results.values()) / len(results)}
     print(f"macro tau {report['macro_tau']:.3f} over {len(results)} dataset(s)")
     if args.json is not None:

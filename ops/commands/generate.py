@@ -18,8 +18,8 @@ import torch
 
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
-from dspark.ops.commands.decoding_args import (add_drafting_arg, add_model_args, add_sampling_args, add_verify_args,
-                                               load_models, sampling_params, verify_policy)
+from dspark.ops.commands.decoding_args import (add_model_args, add_sampling_args, add_verify_args, load_models,
+                                               sampling_params, verify_policy)
 from dspark.models.errors import ConfigError
 
 
@@ -33,7 +33,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_sampling_args(parser, temperature=0.0, max_new_tokens=128)
     parser.add_argument("--num-samples", type=int, default=1, help="samples per prompt")
     add_verify_args(parser)
-    add_drafting_arg(parser)
     parser.add_argument("--json", type=Path, default=None, help="write every sample's details here")
     parser.set_defaults(func=run)
 

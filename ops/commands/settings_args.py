@@ -21,11 +21,16 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_settings_args(parser: argparse.ArgumentParser, title: str = TITLE) -> None:
+def add_settings_args(parser: argparse.ArgumentParser, title: str = TITLE, defaults: dict | None = None,
+                      only: tuple[str, ...] | None = None) -> None:
+    """The flags of every setting (or of those in `only`), with the schema's defaults unless `defaults` names a
+    command's own (`dspark eval` drafts every round: it measures acceptance)."""
     group = parser.add_argument_group(title)
     for f in fields(VerifySettings):
-        spec = f.metadata["spec"]
-        options = dict(default=f.default, help=f"{spec.help}; {spec.range_text()} (default: {f.default})")
+        if only is not None and f.name not in only:
+            continue
+        spec, default = f.metadata["spec"], (defaults or {}).get(f.name, f.default)
+        options = dict(default=default, help=f"{spec.help}; {spec.range_text()} (default: {default})")
         if spec.choices:
             options["choices"] = spec.choices
         if spec.per_position:

@@ -13,7 +13,7 @@ SETTING_RANGE_FIELD_NUMBER: _ClassVar[int]
 setting_range: _descriptor.FieldDescriptor
 
 class Settings(_message.Message):
-    __slots__ = ("policy", "threshold", "threshold_on", "min_verify_length", "max_verify_length", "budget_fraction", "max_batch_tokens", "sps_table", "sts_temperatures", "trace_round_ratio", "probe_round_ratio", "auto_refit_ece", "auto_refit_min_samples")
+    __slots__ = ("policy", "threshold", "threshold_on", "min_verify_length", "max_verify_length", "budget_fraction", "max_batch_tokens", "sps_table", "sts_temperatures", "trace_round_ratio", "probe_round_ratio", "auto_refit_ece", "auto_refit_min_samples", "drafting")
     POLICY_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_ON_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,7 @@ class Settings(_message.Message):
     PROBE_ROUND_RATIO_FIELD_NUMBER: _ClassVar[int]
     AUTO_REFIT_ECE_FIELD_NUMBER: _ClassVar[int]
     AUTO_REFIT_MIN_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    DRAFTING_FIELD_NUMBER: _ClassVar[int]
     policy: str
     threshold: float
     threshold_on: str
@@ -40,7 +41,8 @@ class Settings(_message.Message):
     probe_round_ratio: float
     auto_refit_ece: float
     auto_refit_min_samples: int
-    def __init__(self, policy: _Optional[str] = ..., threshold: _Optional[float] = ..., threshold_on: _Optional[str] = ..., min_verify_length: _Optional[int] = ..., max_verify_length: _Optional[int] = ..., budget_fraction: _Optional[float] = ..., max_batch_tokens: _Optional[int] = ..., sps_table: _Optional[str] = ..., sts_temperatures: _Optional[_Iterable[float]] = ..., trace_round_ratio: _Optional[float] = ..., probe_round_ratio: _Optional[float] = ..., auto_refit_ece: _Optional[float] = ..., auto_refit_min_samples: _Optional[int] = ...) -> None: ...
+    drafting: str
+    def __init__(self, policy: _Optional[str] = ..., threshold: _Optional[float] = ..., threshold_on: _Optional[str] = ..., min_verify_length: _Optional[int] = ..., max_verify_length: _Optional[int] = ..., budget_fraction: _Optional[float] = ..., max_batch_tokens: _Optional[int] = ..., sps_table: _Optional[str] = ..., sts_temperatures: _Optional[_Iterable[float]] = ..., trace_round_ratio: _Optional[float] = ..., probe_round_ratio: _Optional[float] = ..., auto_refit_ece: _Optional[float] = ..., auto_refit_min_samples: _Optional[int] = ..., drafting: _Optional[str] = ...) -> None: ...
 
 class State(_message.Message):
     __slots__ = ("settings", "version", "gamma", "last_rejection")
