@@ -1,7 +1,8 @@
 """A drafter step that raises is retried once, logged and counted, instead of taking the scheduler down with
 every request in it.
 
-Hooked AROUND SGLang's `DraftBlockProposer.propose`, the drafter's forward of one round. A failure there has
+Runs inside drafting.py's hook AROUND SGLang's `DraftBlockProposer.propose`, around the drafter's forward of one
+round (the whole proposal, or only the backbone forward of a round the drafting gate skips). A failure there has
 left nothing committed for the round (the target has not verified anything yet, and the draft KV of the block
 positions is rewritten by the retry), so running the step again gives the same proposal. A second failure in a
 row propagates: a drafter that keeps failing is a broken deployment, which SGLang's own crash handling reports.
@@ -20,7 +21,6 @@ from dspark.integration import metrics
 
 logger = logging.getLogger(__name__)
 
-PROPOSER = "sglang.srt.speculative.dspark_components.dspark_draft.DraftBlockProposer"
 FAULT_ENV = "DSPARK_TEST_DRAFT_FAULT_EVERY"
 
 
@@ -41,17 +41,12 @@ class FaultInjector:
 injector = FaultInjector(int(os.environ.get(FAULT_ENV) or 0))
 
 
-def _propose(original, proposer, **kwargs):
+def with_retry(step, proposer, **kwargs):
+    """`step(proposer, **kwargs)`, run again once if it raises."""
     try:
         injector.step()
-        return original(proposer, **kwargs)
+        return step(proposer, **kwargs)
     except Exception as err:  # noqa: BLE001  (any drafter failure: retried once, then it propagates)
         logger.warning("dspark: the draft step failed (%s: %s); retrying it once", type(err).__name__, err)
         metrics.observe_draft_fault(type(err).__name__)
-        return original(proposer, **kwargs)
-
-
-def install() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    HookRegistry.register(f"{PROPOSER}.propose", _propose, HookType.AROUND)
+        return step(proposer, **kwargs)

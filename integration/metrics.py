@@ -23,6 +23,7 @@ batch's tensor-parallel group reports, so a TP=8 server does not count every rou
     dspark_step_overhead_seconds                    per-round time beyond the profiled verify forward
     dspark_probe_rounds_total                       rounds verified in full for calibration labels
     dspark_draft_faults_total{error}                draft steps that failed and were retried (draft_faults.py)
+    dspark_draft_skipped_rounds_total               rounds whose drafter the drafting gate skipped (drafting.py)
     dspark_calibration_ece{position}                live per-position ECE of the survival a_k (calibration.py)
     dspark_calibration_survival_gap{position}       mean predicted a_k minus the realized survival rate
     dspark_calibration_window_samples               labelled request-rounds in the live window
@@ -89,6 +90,8 @@ def registry() -> dict:
                            "(SPS table plus overhead) against measured round times", multiprocess_mode="livemax"),
         "probes": Counter("dspark_probe_rounds", "rounds verified in full for calibration labels"),
         "draft_faults": Counter("dspark_draft_faults", "draft steps that failed and were retried", ["error"]),
+        "skipped_drafts": Counter("dspark_draft_skipped_rounds", "rounds whose drafter the drafting gate skipped "
+                                  "(the anchors verified alone)"),
         "overhead": Gauge("dspark_step_overhead_seconds", "per-round time beyond the profiled verify forward",
                           multiprocess_mode="livemax"),
         "ece": Gauge("dspark_calibration_ece", "live per-position ECE of the predicted survival", ["position"],
@@ -168,6 +171,11 @@ def observe_overhead(seconds: float) -> None:
 def observe_draft_fault(error: str) -> None:
     if enabled():
         registry()["draft_faults"].labels(error=error).inc()
+
+
+def observe_skipped_draft() -> None:
+    if enabled():
+        registry()["skipped_drafts"].inc()
 
 
 def observe_sps_error(ratio: Optional[float]) -> None:

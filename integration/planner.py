@@ -27,6 +27,10 @@ managers/scheduler.py `Scheduler.ingest_requests` -> `process_input_requests`), 
 the same round boundary. The one rank-local input is the RoundClock's wall-clock overhead: each round, every
 rank plans on rank 0's (`agreed`, over the gloo group of the ranks that run the batch).
 
+A round whose drafter the drafting gate skipped (drafting.py) verifies the anchors alone, whatever the policy;
+the round clock does not sample it (its cost is not a drafting round's), so the next drafting round's interval
+spans both and only ever errs long, as idle gaps do.
+
 Calibration probes: under a confidence policy, the share `probe_round_ratio` of the rounds (spread evenly,
 counted alike on every rank) is verified in full, as `fixed` under the same limits, so that the live
 calibration window (calibration.py) also holds the target's verdicts on drafts the allocator would have cut:
@@ -55,6 +59,7 @@ logger = logging.getLogger(__name__)
 store: Optional[RuntimeStateStore] = None
 group: Optional[torch.distributed.ProcessGroup] = None  # the TP ranks that run this scheduler's batch (batch_group)
 head_temperatures: Optional[torch.Tensor] = None  # the STS temperatures the confidence head applies now
+skipped_round = False  # drafting.py skipped this round's drafter: its drafts are placeholders, verify none
 
 
 class PlannerTrace:
@@ -177,6 +182,12 @@ def _on_state_change(planner) -> None:
 
 def _resolve_budget(original, planner, *, draft_input, confidence, prefix_lens, req_pool_indices):
     planner._dspark_verify_lens, trace.planned_ns = None, None
+    if store is not None and skipped_round:  # the anchors alone: plain decoding
+        _on_state_change(planner)
+        trace.note(len(req_pool_indices), 0, False)
+        planner._dspark_verify_lens = torch.ones(len(req_pool_indices), device=planner.device, dtype=torch.int32)
+        draft_input.verify_token_budget = 0
+        return 0
     if store is None or confidence is None:
         return original(planner, draft_input=draft_input, confidence=confidence, prefix_lens=prefix_lens,
                         req_pool_indices=req_pool_indices)

@@ -13,12 +13,13 @@ list without `dspark` to run SGLang without it.
     redaction   the API keys out of SGLang's startup log and /server_info
     drain       on SIGTERM, new generation requests get 503 while the ones in flight finish
     strict_requests  OpenAI-compatible requests with an unknown field get 400 instead of running on defaults
-    draft_faults     a draft step that raises is retried once, logged and counted
+    drafting    the drafting gate: a round skips the drafter's sampling while speculation cannot pay; a draft
+                step that raises is retried once, logged and counted (draft_faults.py)
 """
 from __future__ import annotations
 
-from dspark.integration import (admin, cpu, draft_faults, drain, flashinfer_verify, planner, redaction, rounds,
-                                startup, strict_requests)
+from dspark.integration import (admin, cpu, drafting, drain, flashinfer_verify, planner, redaction, rounds, startup,
+                                strict_requests)
 
 
 def register() -> None:
@@ -31,4 +32,4 @@ def register() -> None:
     redaction.install()
     drain.install()
     strict_requests.install()
-    draft_faults.install()
+    drafting.install()

@@ -1,6 +1,6 @@
 """What the plugin observes of each verified DSpark round: its metrics (metrics.py), its span (tracing.py), its
-calibration labels (calibration.py), and every GAUGES_EVERY rounds the calibration and cost-model gauges and
-the automatic STS refit (refit.py).
+calibration labels (calibration.py), its tokens per request for the drafting gate (drafting.py), and every
+GAUGES_EVERY rounds the calibration and cost-model gauges and the automatic STS refit (refit.py).
 
 Hooked AFTER SGLang's `DsparkStepObservers.observe_verify_step`, which every verified round calls with the
 round's ragged layout (`layout.verify_lens` = 1 + drafts verified per request), acceptance (`correct_len`,
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from dspark.integration import calibration, metrics, planner, refit, tracing
+from dspark.integration import calibration, drafting, metrics, planner, refit, tracing
 
 OBSERVERS = "sglang.srt.speculative.dspark_components.dspark_observability.DsparkStepObservers"
 GAUGES_EVERY = 32
@@ -22,6 +22,7 @@ def _on_verify_step(result, observers, *, reqs, layout, correct_len, confidence_
     # One host copy for all the observers: [bs] drafts verified, and accepted (never more than verified)
     lengths = (layout.verify_lens - 1).long().cpu()
     accepted = torch.minimum(correct_len.long().cpu(), lengths)
+    drafting.served.verified(accepted)
     metrics.observe_round(lengths, accepted, planner.trace.probe)
     state = planner.store.planner.state
     if confidence_raw is not None:

@@ -28,7 +28,7 @@ class DsparkServe:
         self.admin_token, self.reader_token = admin_token, reader_token
         self.command = [sys.executable, "-m", "dspark.ops.cli", "serve", "--target", str(EMBEDDED_TARGET),
                         "--drafter", str(EMBEDDED / "dspark"), "--device", "cpu", "--port", str(self.port),
-                        "--policy", "fixed", "--admin-port", str(self.admin_port),
+                        "--policy", "fixed", "--drafting", "always", "--admin-port", str(self.admin_port),
                         "--admin-token-file", str(admin_token), "--reader-token-file", str(reader_token),
                         "--admin-audit-log", str(self.audit_log), "--admin-update-rate", "100000",
                         "--admin-update-burst", "100000", "--otlp-endpoint", otlp_endpoint,

@@ -42,7 +42,7 @@ def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("metrics")
     extra = cpu_server_args() + dspark_args(EMBEDDED / "dspark", cpu=True) + ["--enable-metrics",
                                                                               "--max-running-requests", "8"]
-    env = {**dspark_env({"policy": "causal"}), "DSPARK_CACHE": str(folder / "cache")}
+    env = {**dspark_env({"policy": "causal", "drafting": "always"}), "DSPARK_CACHE": str(folder / "cache")}
     with SGLangServer(EMBEDDED_TARGET, extra_args=extra, env=env, log_path=folder / "server.log") as running:
         yield running
 

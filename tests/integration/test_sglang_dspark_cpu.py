@@ -45,8 +45,10 @@ def server(tmp_path_factory, sps_cache):
     log = tmp_path_factory.mktemp("sglang") / "server.log"
     extra = cpu_server_args() + dspark_args(EMBEDDED / "dspark", cpu=True) + [
         "--enable-metrics", "--decode-log-interval", "1", "--max-running-requests", "16"]
-    # no calibration probe rounds: these tests check the exact verify budget each policy plans
-    env = {**dspark_env({"policy": "causal", "probe_round_ratio": 0.0}), "DSPARK_CACHE": str(sps_cache)}
+    # no calibration probe rounds: these tests check the exact verify budget each policy plans; every round drafts
+    # (the embedded drafter costs as much as its target, so the gate would skip most rounds: tested on its own)
+    env = {**dspark_env({"policy": "causal", "probe_round_ratio": 0.0, "drafting": "always"}),
+           "DSPARK_CACHE": str(sps_cache)}
     with SGLangServer(EMBEDDED_TARGET, extra_args=extra, env=env, log_path=log) as running:
         yield running
 
@@ -83,7 +85,7 @@ def dspark_info(server) -> dict:
 def metric(server, name: str) -> float:
     with urllib.request.urlopen(server.url + "/metrics", timeout=30) as response:
         text = response.read().decode()
-    values = re.findall(rf"^{re.escape(name)}{{[^}}]*}} ([0-9.eE+-]+)$", text, re.MULTILINE)
+    values = re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", text, re.MULTILINE)
     assert values, f"{name} not in /metrics"
     return float(values[-1])
 
@@ -157,6 +159,7 @@ def test_causal_policy_serves_target_greedy(server, reference):
     ({"sts_temperatures": [1.0, 1.0]}, "sts_temperatures must be 5"),
     ({"sps_table": "/nonexistent/sps.json"}, "does not exist"),
     ({"speed": "max"}, "unknown dspark setting"),
+    ({"drafting": "sometimes"}, "drafting must be one of auto|always|never"),
 ])
 def test_invalid_update_is_rejected_and_serving_goes_on_unchanged(server, reference, changes, problem):
     assert set_state(server, {"policy": "mtp1"}) == [True]
@@ -168,6 +171,29 @@ def test_invalid_update_is_rejected_and_serving_goes_on_unchanged(server, refere
         {k: running[k] for k in ("policy", "version", "threshold", "sps_table")}
     assert greedy(server, PROMPTS[:1]) == [reference[PROMPTS[0]][0]]
     assert dspark_info(server)["mean_verify_budget"] == pytest.approx(1.0)
+
+
+def test_the_drafting_gate_skips_the_drafter_and_serves_target_greedy(server, reference):
+    def skipped() -> float:
+        return metric(server, "dspark_draft_skipped_rounds_total")
+
+    try:
+        assert set_state(server, {"policy": "fixed", "drafting": "never"}) == [True]
+        before = skipped()
+        responses = server.post("/generate", {"text": PROMPTS, "sampling_params": {
+            "max_new_tokens": MAX_NEW_TOKENS, "temperature": 0}})
+        assert [r["output_ids"] for r in responses] == [reference[p][0] for p in PROMPTS]
+        # fixed verifies every draft, yet no round verified one: each token came from its own target forward
+        assert all(r["meta_info"]["completion_tokens"] <= r["meta_info"]["spec_verify_ct"] + 1 for r in responses)
+        assert dspark_info(server)["mean_verify_budget"] == 0.0
+        rounds = max(r["meta_info"]["spec_verify_ct"] for r in responses)
+        assert skipped() - before >= rounds  # every decode round of the batch skipped the drafter
+        assert set_state(server, {"drafting": "auto"}) == [True]
+        before = skipped()
+        assert greedy(server, PROMPTS) == [reference[p][0] for p in PROMPTS]
+        assert skipped() > before  # the gate measures a plain round before it decides (and here skips the most)
+    finally:
+        set_state(server, {"policy": "causal", "drafting": "always"})
 
 
 def test_sglang_keys_still_validate_as_numbers(server):
