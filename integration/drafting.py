@@ -80,9 +80,10 @@ served = ServedGate()
 
 
 def _propose(original, proposer, **kwargs):
-    drafts = True
-    if planner.store is not None and planner.store.planner.policy is not None:  # else SGLang plans: it drafts
-        drafts = served.begin_round(kwargs["bs"], planner.store.planner.state.drafting, time.perf_counter())
+    if planner.store is None or planner.store.planner.policy is None:  # SGLang's own planner: it drafts
+        served.round, planner.skipped_round = None, False
+        return draft_faults.with_retry(original, proposer, **kwargs)
+    drafts = served.begin_round(kwargs["bs"], planner.store.planner.state.drafting, time.perf_counter())
     planner.skipped_round = not drafts
     if drafts:
         return draft_faults.with_retry(original, proposer, **kwargs)
