@@ -60,10 +60,10 @@ BENCH_SCHED_THREADS ?= 2
 bench-serve: setup
 	$(DSPARK) bench-serve --target embedded/target --drafter embedded/dspark \
 		--prompts-file $(EVAL_PROMPTS)/humaneval.jsonl --limit 8 --max-new-tokens 32 --concurrency 1 8 \
-		--policies causal fixed mtp1 --out bench/results/serve-embedded
+		--policies causal fixed mtp1 --drafting always auto --out bench/results/serve-embedded
 	$(DSPARK) bench-serve --target $(SMOLLM2) --drafter embedded/smollm2-dspark \
 		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 8 --max-new-tokens 32 --concurrency 1 8 \
-		--policies causal fixed mtp1 --out bench/results/serve-smollm2
+		--policies causal fixed mtp1 --drafting always auto --out bench/results/serve-smollm2
 
 # What tracing costs: a traced and an untraced DSpark server alternated in one run (README: Observability).
 bench-trace: setup

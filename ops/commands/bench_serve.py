@@ -5,10 +5,10 @@
 
 Starts the real SGLang server twice with the flags `dspark serve` uses (on CPU: the CPU recipe): once for
 the target alone, once with DSpark. Every prompt (chat-templated, sent as token ids to /generate) is
-answered greedily at each concurrency; on the DSpark server once per --policies entry, switched live
-through /set_internal_state, no restart. Reports per run: goodput (completion tokens / wall), mean
+answered greedily at each concurrency; on the DSpark server once per --policies entry and --drafting mode
+(the drafting gate, integration/drafting.py), switched live through /set_internal_state, no restart. Reports per run: goodput (completion tokens / wall), mean
 per-request tokens/s, tau (completion tokens per target verify forward, SGLang's `spec_verify_ct`), the
-mean verify budget dspark's planner chose, whether every answer equals the target-alone answer, and the
+mean verify budget dspark's planner chose, the share of rounds that ran the drafter, whether every answer equals the target-alone answer, and the
 accepted-length histogram (request-rounds by drafts accepted, 0..gamma). Both servers run with
 --enable-metrics (same overhead on each side); the DSpark runs' histogram is the change of the plugin's
 `dspark_accepted_length` histogram on /metrics across the run (integration/metrics.py), the no-spec runs'
@@ -31,13 +31,14 @@ import torch
 
 from dspark.integration.server import SGLangServer, cpu_server_args, dspark_args, dspark_env
 from dspark.models.checkpoint import read_drafter_config
-from dspark.models.decoding.settings import POLICIES
+from dspark.models.decoding.settings import POLICIES, default_of, spec_of
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_load
 from dspark.models.evaluation.scheduling import NO_SPEC
 from dspark.models.training.run import load_target_config
 
+SKIPPED = re.compile(r"^dspark_draft_skipped_rounds_total (\S+)$", re.MULTILINE)
 # A cumulative bucket of the plugin's per-request-round accepted-drafts histogram (one bucket per length).
 ACCEPTED_BUCKET = re.compile(r'^dspark_accepted_length_bucket\{le="([0-9.]+)"\} (\S+)$', re.MULTILINE)
 # SGLang logs this once its own warm-up request is done; it answers /get_model_info (SGLangServer's readiness
@@ -52,6 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_workload_args(parser, limit=16, max_new_tokens=64)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--policies", nargs="+", choices=POLICIES, default=["causal", "fixed"])
+    parser.add_argument("--drafting", nargs="+", choices=spec_of("drafting").choices, default=[default_of("drafting")],
+                        help="drafting modes, each run under every policy (default: the setting's default)")
     parser.add_argument("--sps-table", type=Path, default=None, help="default: profiled at engine start")
     parser.add_argument("--out", type=Path, default=Path("bench/results/serve"))
     parser.set_defaults(func=run)
@@ -131,22 +134,29 @@ def dspark_runs(args, prompts: list, base: list, cpu: bool, reference: dict, gam
                       log_path=args.out / "server-dspark.log") as server:
         wait_warmed_up(server)
         answer_all(server, prompts[:1], args.max_new_tokens, 1)
-        for policy in args.policies:
+        for policy, drafting in [(p, d) for d in args.drafting for p in args.policies]:
+            name = f"dspark {policy}" + (f" (drafting {drafting})" if len(args.drafting) > 1 else "")
             for c in args.concurrency:
-                if server.post("/set_internal_state", {"server_args": {"dspark": {"policy": policy}}}) != [True]:
-                    raise ConfigError(f"the server rejected policy {policy}: see {args.out / 'server-dspark.log'}")
-                before = accepted_counts(scrape(server), gamma)
+                state = {"policy": policy, "drafting": drafting}
+                if server.post("/set_internal_state", {"server_args": {"dspark": state}}) != [True]:
+                    raise ConfigError(f"the server rejected {state}: see {args.out / 'server-dspark.log'}")
+                exposition = scrape(server)
+                before, skipped_before = accepted_counts(exposition, gamma), skipped_rounds(exposition)
                 row = answer_all(server, prompts, args.max_new_tokens, c)
-                histogram = [a - b for a, b in zip(accepted_counts(scrape(server), gamma), before)]
+                exposition = scrape(server)
+                histogram = [a - b for a, b in zip(accepted_counts(exposition, gamma), before)]
                 if sum(histogram) != row["verify_forwards"]:  # another request ran inside the window
                     print(f"warning: the accepted-length histogram counts {sum(histogram)} request-rounds, SGLang "
                           f"{row['verify_forwards']} verify forwards (spec_verify_ct)", file=sys.stderr)
                 identical = row.pop("outputs") == reference[c]
-                budget = server.get("/get_server_info")["internal_states"][0]["dspark"]["mean_verify_budget"]
-                rows.append({"policy": f"dspark {policy}", **row, "verify_budget": budget,
+                info = server.get("/get_server_info")["internal_states"][0]["dspark"]  # since the state was set
+                budget, skipped = info["mean_verify_budget"], skipped_rounds(exposition) - skipped_before
+                drafted = 1 - skipped / max(info["rounds"], 1)
+                rows.append({"policy": name, **row, "verify_budget": budget, "drafting": drafting,
+                             "skipped_rounds": skipped, "drafted_share": drafted,
                              "identical_to_no_spec": identical, "accepted_histogram": histogram})
-                print(f"dspark {policy:>6} C={c:<3} {row['goodput_tok_s']:7.1f} tok/s  tau {row['tau']:.2f}  "
-                      f"budget {budget:.2f}  identical {identical}")
+                print(f"{name:>26} C={c:<3} {row['goodput_tok_s']:7.1f} tok/s  tau {row['tau']:.2f}  "
+                      f"budget {budget:.2f}  drafted {drafted:.0%}  identical {identical}")
     return rows
 
 
@@ -166,6 +176,12 @@ def scrape(server: SGLangServer) -> str:
         return response.read().decode()
 
 
+def skipped_rounds(exposition: str) -> int:
+    """Rounds whose drafter the drafting gate skipped so far (0 before the plugin's first round)."""
+    found = SKIPPED.search(exposition)
+    return round(float(found.group(1))) if found else 0
+
+
 def accepted_counts(exposition: str, gamma: int) -> list[int]:
     """Request-rounds so far by drafts accepted, 0..gamma, from dspark_accepted_length's cumulative buckets
     (le="n.0" counts rounds that accepted <= n drafts); all zeros before the plugin's first round."""
@@ -177,8 +193,9 @@ def accepted_counts(exposition: str, gamma: int) -> list[int]:
 def markdown(rows: list) -> str:
     speed = {r["concurrency"]: r["goodput_tok_s"] for r in rows if r["policy"] == NO_SPEC}
     lines = ["| server | concurrency | goodput tok/s | vs no-spec | per-request tok/s | tau | verify budget | "
-             "identical to no-spec |", "|---|---|---|---|---|---|---|---|"]
+             "rounds drafted | identical to no-spec |", "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['policy']} | {r['concurrency']} | {r['goodput_tok_s']:.1f} | "
               f"{r['goodput_tok_s'] / speed[r['concurrency']]:.2f}x | {r['request_tok_s']:.1f} | {r['tau']:.2f} | "
-              f"{r['verify_budget']:.2f} | {r['identical_to_no_spec']} |" for r in rows]
+              f"{r['verify_budget']:.2f} | {'' if r['policy'] == NO_SPEC else format(r['drafted_share'], '.0%')} | "
+              f"{r['identical_to_no_spec']} |" for r in rows]
     return "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
 """`dspark bench-serve`'s accepted-length histogram, read from the plugin's Prometheus buckets (no server here:
 tests/integration/test_metrics.py checks those buckets against SGLang's own counts)."""
-from dspark.ops.commands.bench_serve import accepted_counts
+from dspark.ops.commands.bench_serve import accepted_counts, skipped_rounds
 
 EXPOSITION = """# HELP dspark_accepted_length drafts accepted per request per round
 # TYPE dspark_accepted_length histogram
@@ -25,3 +25,8 @@ def test_cumulative_buckets_become_counts_per_accepted_length():
 
 def test_before_the_first_round_every_count_is_zero():
     assert accepted_counts("# no dspark metrics yet\n", gamma=3) == [0, 0, 0, 0]
+
+
+def test_skipped_rounds_are_read_from_the_unlabelled_counter():
+    exposition = EXPOSITION + "dspark_draft_skipped_rounds_total 12.0\ndspark_draft_skipped_rounds_created 1.7e9\n"
+    assert skipped_rounds(exposition) == 12 and skipped_rounds(EXPOSITION) == 0
