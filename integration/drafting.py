@@ -10,8 +10,8 @@ part of the proposal that later rounds need:
               that forward, dspark_kv_inject.py), and every later draft attends to them. Skipping it would
               leave holes in the drafter's context.
     skipped   the full-vocabulary lm_head over gamma positions, the Markov-biased sampling of the block, and
-              the confidence head: most of a drafting pass (in the engine, SmolLM2's DSpark drafter on CPU spends 28
-              of its 37 ms there).
+              the confidence head: most of a drafting pass (in the engine, SmolLM2's float32 DSpark drafter
+              on CPU spends 28 of its 37 ms there).
 
 A skipped round proposes a placeholder block that is never verified: the planner (planner.py) gives every
 request 0 drafts, so the target verifies the anchor alone and the next token is drawn from the target's own

@@ -3,17 +3,18 @@
     dspark bench-serve --target embedded/target --drafter embedded/dspark \
         --prompts-file humaneval.jsonl --limit 16 --concurrency 1 8 --out bench/results/serve
 
-Starts the real SGLang server twice with the flags `dspark serve` uses (on CPU: the CPU recipe): once for
-the target alone, once with DSpark. Every prompt (chat-templated, sent as token ids to /generate) is
-answered greedily at each concurrency; on the DSpark server once per --policies entry and --drafting mode
-(the drafting gate, integration/drafting.py), switched live through /set_internal_state, no restart. Reports per run: goodput (completion tokens / wall), mean
-per-request tokens/s, tau (completion tokens per target verify forward, SGLang's `spec_verify_ct`), the
-mean verify budget dspark's planner chose, the share of rounds that ran the drafter, whether every answer equals the target-alone answer, and the
-accepted-length histogram (request-rounds by drafts accepted, 0..gamma). Both servers run with
---enable-metrics (same overhead on each side); the DSpark runs' histogram is the change of the plugin's
-`dspark_accepted_length` histogram on /metrics across the run (integration/metrics.py), the no-spec runs'
-is one decode forward per completion token after the first, all at 0 accepted. Each server is measured only
-after SGLang's own start-up warm-up request has finished and one of ours has run.
+Starts the real SGLang server twice with the flags `dspark serve` uses (on CPU: the CPU recipe): once for the
+target alone, once with DSpark. Every prompt (chat-templated, sent as token ids to /generate) is answered
+greedily at each concurrency; on the DSpark server once per --policies entry and --drafting mode (the drafting
+gate, integration/drafting.py), switched live through /set_internal_state, no restart. Reports per run:
+goodput (completion tokens / wall), mean per-request tokens/s, tau (completion tokens per target verify
+forward, SGLang's `spec_verify_ct`), the mean verify budget dspark's planner chose, the share of rounds that
+ran the drafter, whether every answer equals the target-alone answer, and the accepted-length histogram
+(request-rounds by drafts accepted, 0..gamma). Both servers run with --enable-metrics (same overhead on each
+side); the DSpark runs' histogram is the change of the plugin's `dspark_accepted_length` histogram on /metrics
+across the run (integration/metrics.py), the no-spec runs' is one decode forward per completion token after
+the first, all at 0 accepted. Each server is measured only after SGLang's own start-up warm-up request has
+finished and one of ours has run.
 Writes <out>/serve.json, serve.md and serve.png.
 """
 from __future__ import annotations
