@@ -23,7 +23,7 @@ import grpc
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from dspark.models.decoding.settings import POLICIES, THRESHOLD_ON, VerifySettings, default_of, names
+from dspark.models.decoding.settings import DRAFTING_MODES, POLICIES, THRESHOLD_ON, VerifySettings, default_of, names
 from dspark.ops.admin.client import AdminClient, Credentials
 from dspark.ops.admin.convert import message_to_settings, update_mask
 from dspark.ops.admin.fleet import fleet_update
@@ -128,7 +128,8 @@ def test_health_and_state(replica, tokens, admin):
     assert admin.serving()
     state = admin.get()
     assert state.gamma == GAMMA and state.settings.policy == "fixed"
-    assert message_to_settings(state.settings) == {**VerifySettings(policy="fixed", trace_round_ratio=1.0).to_dict(),
+    assert message_to_settings(state.settings) == {**VerifySettings(policy="fixed", trace_round_ratio=1.0,
+                                                                    drafting="always").to_dict(),
                                                    "sps_table": message_to_settings(state.settings)["sps_table"]}
 
 
@@ -250,6 +251,7 @@ def random_update(rng: random.Random) -> tuple[dict, dict]:
         "probe_round_ratio": lambda: round(rng.uniform(-0.2, 1.2), 2),
         "auto_refit_ece": lambda: rng.choice([None, round(rng.uniform(-0.2, 1.2), 2)]),
         "auto_refit_min_samples": lambda: rng.randint(-2, 4096),
+        "drafting": lambda: rng.choice(DRAFTING_MODES + ("sometimes",)),
     }
     patch = {name: values[name]() for name in rng.sample(names(), rng.randint(1, 4))}
     options = {"validate_only": rng.random() < 0.1, "expected_version": None}
@@ -295,7 +297,8 @@ def test_fuzz_thousands_of_random_updates(replica, tokens, admin, reference):
     assert admin.serving()
     admin.update({"policy": "fixed", "threshold": None, "max_verify_length": None, "min_verify_length": 0,
                   "budget_fraction": None, "max_batch_tokens": None, "sts_temperatures": None,
-                  "sps_table": message_to_settings(start.settings)["sps_table"], "threshold_on": "survival"})
+                  "sps_table": message_to_settings(start.settings)["sps_table"], "threshold_on": "survival",
+                  "drafting": "always"})
     assert greedy(replica, PROMPTS) == [reference[p] for p in PROMPTS]  # still serving the target's own text
 
 
