@@ -53,7 +53,7 @@ class ServedGate:
     """The gate of this scheduler process, and the decode round in flight."""
 
     def __init__(self) -> None:
-        self.gate = DraftingGate("auto")
+        self.gate = DraftingGate()
         self.round: Optional[RoundInFlight] = None
 
     def begin_round(self, requests: int, mode: str, now: float) -> bool:
@@ -61,8 +61,10 @@ class ServedGate:
         last = self.round
         if last is not None and last.tokens_per_request is not None and not last.interrupted:
             self.gate.observe(last.requests, last.drafted, now - last.began, last.tokens_per_request)
-        drafts = mode == "always" or (mode == "auto" and self.gate.drafts(requests))
-        drafts = bool(planner.agreed([float(drafts)], planner.group)[0])
+        self.gate.mode = mode  # live: the runtime state's, validated there
+        drafts = self.gate.drafts(requests)
+        if mode == "auto":  # decided on wall-clock measurements: every TP rank follows rank 0
+            drafts = bool(planner.agreed([float(drafts)], planner.group)[0])
         self.round = RoundInFlight(requests, drafts, now)
         return drafts
 

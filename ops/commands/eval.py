@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
                 target.model, drafter, prompts, args.max_new_tokens, target.eos_token_ids, args.batch_size).to_json()
         print(result_line(name, results[name]))
     report = {"target": str(args.target), "drafter": str(args.drafter), "kind": drafter.config.kind,
-              "gamma": drafter.config.gamma, "drafter_dtype": dtype_name(drafter), "drafting": args.drafting, "settings": {k: v for k, v in vars(args).items() if k in SETTINGS},
+              "gamma": drafter.config.gamma, "drafter_dtype": dtype_name(drafter), "drafting": args.drafting,
+              "settings": {k: v for k, v in vars(args).items() if k in SETTINGS},
               "datasets": results, "macro_tau": sum(r["tau"] for r in results.values()) / len(results)}
     print(f"macro tau {report['macro_tau']:.3f} over {len(results)} dataset(s)")
     if args.json is not None:
