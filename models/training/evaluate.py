@@ -96,7 +96,7 @@ def greedy_acceptance(
             continue
         hidden = outputs.hidden.to(drafter.dtype)
         measure = _chain_matches if chain else _block_matches
-        matches.append(measure(drafter, batch, hidden, outputs.logits.argmax(-1), anchor_ok, gamma))
+        matches.append(measure(drafter, batch, hidden, outputs.logits().argmax(-1), anchor_ok, gamma))
     drafter.train(was_training)
     if not matches:
         raise ValueError("greedy_acceptance: no sample has a full block inside its response; use longer responses")

@@ -7,7 +7,8 @@ memory, so a step costs only the drafter's forward and backward:
 
 - hidden [n, seq, n_taps*hidden]: the tapped layer outputs (TargetOutputs.hidden);
 - last_hidden [n, seq, hidden]: the post-final-norm hidden; the logits are lm_head(last_hidden), recomputed per
-  micro-batch (one matmul) because the full-vocabulary logits would need vocab/hidden = 85x the space (SmolLM2).
+  micro-batch at the positions the loss reads (TargetOutputs.logits), because the full-vocabulary logits would
+  need vocab/hidden = 85x the space (SmolLM2).
 
 Both are stored in `dtype` (bfloat16 by default: 4.6 KB a token for SmolLM2 with 3 taps, against 100 KB for
 fp32 logits). Positions past a sample's attention mask (right padding) hold zeros: no anchor or context of a
@@ -53,9 +54,9 @@ class CachedFeatures:
     def __call__(self, index: torch.Tensor, batch: TokenDataset) -> TargetOutputs:
         # index: [bs] long, rows of the dataset the batch holds
         device = batch.input_ids.device
-        last = self.last_hidden[index].to(device=device, dtype=torch.float32)
         return TargetOutputs(hidden=self.hidden[index].to(device=device, dtype=torch.float32),
-                             logits=self.lm_head(last))
+                             last_hidden=self.last_hidden[index].to(device=device, dtype=torch.float32),
+                             lm_head=self.lm_head)
 
 
 @torch.no_grad()

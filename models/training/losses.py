@@ -126,12 +126,14 @@ def block_loss(
     norm = (w_full.sum() if weight_total is None else weight_total) + NORM_EPS
     sel = eval_mask.bool()
     w = w_full[sel]  # [m]
-    ce = F.cross_entropy(draft_logits[sel].float(), labels[sel], reduction="none")
+    # The supervised rows are picked once: each vocabulary-wide pick is a copy, and a scatter back in backward.
+    draft = draft_logits[sel].float()  # [m, vocab]
+    ce = F.cross_entropy(draft, labels[sel], reduction="none")
     l_ce = (w * ce).sum() / norm
     total = weights.ce * l_ce
     terms = {"ce": l_ce.item()}
     if target_logits is not None:
-        l1 = total_variation_l1(draft_logits[sel], target_logits[sel])  # [m]
+        l1 = total_variation_l1(draft, target_logits[sel])  # [m]
         c_star = acceptance_label(l1)
         l_tv = (w * l1).sum() / norm
         terms["tv"] = l_tv.item()

@@ -5,9 +5,9 @@
   next-token distribution at p+k (losses.py).
 - Eagle3Task: run the drafter's test-time-training unroll over every position and score it with eagle3_loss.
 
-Target outputs are computed online, once per micro-batch: the concatenated hidden states of the tapped layers
-(the output of decoder layer l, as SGLang captures it) and the target's logits at every position, which are
-lm_head(final-norm(last hidden)) = the p_t of the losses.
+Target outputs come from a target forward per micro-batch or from the feature cache: the concatenated hidden states
+of the tapped layers (the output of decoder layer l, as SGLang captures it) and the last post-norm hidden state,
+whose lm_head gives the target's logits = the p_t of the losses, at the positions a loss reads.
 """
 from __future__ import annotations
 
@@ -34,14 +34,25 @@ Reduce = Callable[[torch.Tensor], torch.Tensor]
 @dataclass(frozen=True)
 class TargetOutputs:
     hidden: torch.Tensor  # [bs, seq, n_taps*hidden] tapped layer outputs, in target_layer_ids order
-    logits: torch.Tensor  # [bs, seq, vocab] the target's next-token logits
+    last_hidden: torch.Tensor  # [bs, seq, hidden] the post-final-norm hidden state
+    lm_head: torch.nn.Module  # the target's frozen output embedding
+
+    @torch.no_grad()
+    def logits(self, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """The target's next-token logits at every position ([bs, seq, vocab]) or at `positions` [bs, m] ([bs, m,
+        vocab]). The rows are picked before the head: a vocabulary-wide row is 85x a hidden row (SmolLM2), and a
+        block loss reads fewer positions than the sequence holds."""
+        rows = self.last_hidden
+        if positions is not None:
+            rows = torch.gather(rows, 1, positions.unsqueeze(-1).expand(-1, -1, rows.shape[-1]))
+        return self.lm_head(rows)
 
 
 @torch.no_grad()
 def target_outputs(target: torch.nn.Module, batch: TokenDataset, layer_ids: tuple[int, ...]) -> TargetOutputs:
-    """One frozen target forward over the batch: tapped features and lm_head(last post-norm hidden)."""
+    """One frozen target forward over the batch: tapped features and the last post-norm hidden state."""
     features = capture_target_features(target, batch.input_ids, layer_ids, attention_mask=batch.attention_mask.long())
-    return TargetOutputs(hidden=features.hidden, logits=target.get_output_embeddings()(features.last_hidden))
+    return TargetOutputs(features.hidden, features.last_hidden, target.get_output_embeddings())
 
 
 class TrainTask(Protocol):
@@ -73,8 +84,7 @@ class BlockTask:
             target_hidden=target.hidden, input_ids=batch.input_ids, anchors=blocks.anchors, block_keep=blocks.block_keep
         )
         bs, n, gamma = blocks.labels.shape
-        positions = blocks.positions.clamp(max=batch.input_ids.shape[1] - 1).view(bs, n * gamma, 1)
-        slot_logits = torch.gather(target.logits, 1, positions.expand(-1, -1, target.logits.shape[-1]))
+        slot_logits = target.logits(blocks.positions.clamp(max=batch.input_ids.shape[1] - 1).view(bs, n * gamma))
         weight_total = reduce(position_weights(blocks.eval_mask, self.weights.decay).sum())
         return block_loss(
             out.draft_logits,
@@ -103,4 +113,4 @@ class Eagle3Task:
             scored=eagle3_valid_mask(batch.loss_mask, self.ttt_steps),
         )
         weight_total = reduce(eagle3_valid_mask(batch.loss_mask, 1)[0].sum().float())
-        return eagle3_loss(step_logits, target.logits, batch.loss_mask, weight_total=weight_total)
+        return eagle3_loss(step_logits, target.logits(), batch.loss_mask, weight_total=weight_total)

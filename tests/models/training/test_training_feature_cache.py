@@ -31,8 +31,17 @@ def test_cached_outputs_equal_a_target_forward_where_attended(peaked_target, pad
     offline = features(index, batch)
     seen = batch.attention_mask
     assert torch.allclose(offline.hidden[seen], online.hidden[seen], atol=1e-5)
-    assert torch.allclose(offline.logits[seen], online.logits[seen], atol=1e-4)
+    assert torch.allclose(offline.logits()[seen], online.logits()[seen], atol=1e-4)
     assert (offline.hidden[~seen] == 0).all(), "padding holds zeros, not stale values"
+
+
+def test_logits_at_positions_are_those_rows_of_the_full_logits(peaked_target, padded_dataset):
+    outputs = cached(peaked_target, padded_dataset)(torch.tensor([2, 5]), padded_dataset.select(torch.tensor([2, 5])))
+    positions = torch.tensor([[0, 3, 3, 9], [7, 1, 12, 4]])
+    full = outputs.logits()
+    picked = outputs.logits(positions)
+    assert picked.shape == (2, 4, full.shape[-1])
+    assert torch.allclose(picked, torch.stack([full[0, positions[0]], full[1, positions[1]]]), atol=1e-5)
 
 
 def test_bfloat16_storage_is_close(peaked_target, padded_dataset):
