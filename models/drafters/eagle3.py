@@ -88,13 +88,15 @@ class Eagle3(Drafter):
     # --- training ---
 
     def forward_train(self, target_hidden: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      ttt_steps: int, scored: Optional[torch.Tensor] = None) -> torch.Tensor:
+                      ttt_steps: int, scored: Optional[torch.Tensor] = None) -> torch.Tensor | list[torch.Tensor]:
         """Logits of every unrolled TTT step.
 
         target_hidden: [bs, seq, n_taps*hidden]; input_ids, attention_mask: [bs, seq].
         Returns [ttt_steps, bs, seq, vocab]; step k at position t predicts x_{t+k+2} (garbage where that is
         past the sequence: mask it in the loss). scored: [ttt_steps, bs, seq] bool, the positions the loss reads;
-        when given, logits are computed there only and are 0 elsewhere (the lm_head dominates a training step).
+        when given, returns a list whose entry k is [scored[k].sum(), vocab], step k's logits at those positions in
+        row-major order: the lm_head and the vocabulary-wide tensors dominate a training step, and a response fills
+        about a third of a sequence.
         """
         bs, seq = input_ids.shape
         t = torch.arange(seq, device=input_ids.device)
@@ -108,13 +110,8 @@ class Eagle3(Drafter):
             values.append(value)
             visible = ttt_visibility(attention_mask.bool(), k)
             hidden = self.midlayer.finish(hidden, attend(q, torch.cat(keys, 2), torch.cat(values, 2), visible))
-            if scored is None:
-                step_logits.append(self.logits(hidden))
-            else:
-                logits = hidden.new_zeros(bs, seq, self.config.vocab_size)
-                logits[scored[k]] = self.logits(hidden[scored[k]])
-                step_logits.append(logits)
-        return torch.stack(step_logits)
+            step_logits.append(self.logits(hidden if scored is None else hidden[scored[k]]))
+        return torch.stack(step_logits) if scored is None else step_logits
 
     # --- drafting ---
 

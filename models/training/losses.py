@@ -36,6 +36,7 @@ over slots); Eagle3 the mean of c* at step 0 (the first draft token).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -162,23 +163,27 @@ def eagle3_valid_mask(loss_mask: torch.Tensor, ttt_steps: int) -> torch.Tensor:
 
 
 def eagle3_loss(
-    step_logits: torch.Tensor,  # [ttt_steps, bs, seq, vocab]
+    step_logits: Sequence[torch.Tensor],  # ttt_steps x [m_k, vocab]: step k at the positions valid_k marks
     target_logits: torch.Tensor,  # [bs, seq, vocab], the target's logits at every position
     loss_mask: torch.Tensor,  # [bs, seq]
     step_decay: float = EAGLE3_STEP_DECAY,
     weight_total: torch.Tensor | None = None,  # [] Σ valid_0 over all ranks
 ) -> LossTerms:
-    """Eagle3 test-time-training loss: Σ_k step_decay^k · soft-CE(step k vs target at t+k+1) (module docstring)."""
-    ttt_steps, bs, seq, _ = step_logits.shape
+    """Eagle3 test-time-training loss: Σ_k step_decay^k · soft-CE(step k vs target at t+k+1) (module docstring).
+
+    Entry k of step_logits holds step k's logits at the positions eagle3_valid_mask(loss_mask)[k] marks, in
+    row-major order (Eagle3Drafter.forward_train with `scored`): only those rows are ever computed.
+    """
+    ttt_steps = len(step_logits)
     valid = eagle3_valid_mask(loss_mask, ttt_steps)
     norm = (valid[0].sum().float() if weight_total is None else weight_total) + NORM_EPS
-    total = step_logits.new_zeros((), dtype=torch.float32)
+    total = target_logits.new_zeros((), dtype=torch.float32)
     terms: dict[str, float] = {}
-    for k in range(ttt_steps):
-        sel = valid[k]  # [bs, seq]
+    for k, rows in enumerate(step_logits):
+        b, t = valid[k].nonzero(as_tuple=True)
         # The target distribution for step k at position t sits at position t+k+1.
-        shifted = torch.roll(target_logits, shifts=-(k + 1), dims=1)[sel].detach().float()
-        draft = step_logits[k][sel].float()
+        shifted = target_logits[b, t + k + 1].detach().float()
+        draft = rows.float()
         soft_ce = -(torch.softmax(shifted, -1) * torch.log_softmax(draft, -1)).sum(-1)
         step_loss = soft_ce.sum() / norm
         total = total + (step_decay**k) * step_loss

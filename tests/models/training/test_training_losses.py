@@ -112,6 +112,12 @@ def test_loss_weights_validated():
         BlockLossWeights(ce=0.0, tv=0.0, conf=0.0)
 
 
+def scored_rows(step_logits: torch.Tensor, loss_mask: torch.Tensor) -> list[torch.Tensor]:
+    """[ttt, bs, seq, vocab] logits at every position -> what eagle3_loss reads: step k at the valid_k positions."""
+    valid = eagle3_valid_mask(loss_mask, step_logits.shape[0])
+    return [step[mask] for step, mask in zip(step_logits, valid)]
+
+
 def test_eagle3_valid_mask():
     valid = eagle3_valid_mask(torch.tensor([[0, 1, 1, 1]]), ttt_steps=2)
     assert valid.int().tolist() == [[[1, 1, 0, 0]], [[1, 0, 0, 0]]]
@@ -122,7 +128,8 @@ def test_eagle3_uniform_draft_hand_computed():
     vocab = 4
     step_logits = torch.zeros(2, 1, 4, vocab)
     target = torch.randn(1, 4, vocab)
-    out = eagle3_loss(step_logits, target, torch.tensor([[0, 1, 1, 1]]))
+    loss_mask = torch.tensor([[0, 1, 1, 1]])
+    out = eagle3_loss(scored_rows(step_logits, loss_mask), target, loss_mask)
     ln_v = math.log(vocab)
     assert out.terms["step0"] == pytest.approx(ln_v, rel=1e-5)
     assert out.terms["step1"] == pytest.approx(ln_v / 2, rel=1e-5)
@@ -146,7 +153,8 @@ def test_eagle3_matches_loop_reference():
                     p_t = torch.softmax(target[b, t + k + 1], -1)
                     ce = -(p_t * torch.log_softmax(step_logits[k, b, t], -1)).sum().item()
                     expected += 0.8**k * ce / norm
-    assert eagle3_loss(step_logits, target, loss_mask).total.item() == pytest.approx(expected, rel=1e-4)
+    out = eagle3_loss(scored_rows(step_logits, loss_mask), target, loss_mask)
+    assert out.total.item() == pytest.approx(expected, rel=1e-4)
 
 
 def test_eagle3_perfect_draft_accepts_everything():
@@ -155,7 +163,7 @@ def test_eagle3_perfect_draft_accepts_everything():
     loss_mask = torch.tensor([[0, 1, 1, 1, 1, 1]])
     # Step k at position t imitates the target at t+k+1.
     step_logits = torch.stack([torch.roll(target, -(k + 1), dims=1) for k in range(2)])
-    out = eagle3_loss(step_logits, target, loss_mask)
+    out = eagle3_loss(scored_rows(step_logits, loss_mask), target, loss_mask)
     assert out.terms["accept"] == pytest.approx(1.0, rel=1e-5)
     p = torch.softmax(target[0], -1)
     entropy = -(p * p.log()).sum(-1)  # soft-CE of a perfect draft = the target's entropy
