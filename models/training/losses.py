@@ -172,7 +172,7 @@ def eagle3_loss(
     """Eagle3 test-time-training loss: Σ_k step_decay^k · soft-CE(step k vs target at t+k+1) (module docstring).
 
     Entry k of step_logits holds step k's logits at the positions eagle3_valid_mask(loss_mask)[k] marks, in
-    row-major order (Eagle3Drafter.forward_train with `scored`): only those rows are ever computed.
+    row-major order (Eagle3.forward_train with `scored`): only those rows are ever computed.
     """
     ttt_steps = len(step_logits)
     valid = eagle3_valid_mask(loss_mask, ttt_steps)
