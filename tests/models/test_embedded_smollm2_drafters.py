@@ -1,6 +1,7 @@
-"""The committed SmolLM2 drafters (embedded/smollm2-{dspark,dflash,eagle3}) are slim and fit the provided target.
+"""The committed SmolLM2 drafters are slim and fit the provided target: the equal-budget trio
+(embedded/smollm2-{dspark,dflash,eagle3}) and the DSpark drafter of the longer recipe (embedded/smollm2-dspark-long).
 
-The files are checked everywhere (slim, cards, same data and budget); loading them and proposing a block
+The files are checked everywhere (slim, cards, the trio's same data and budget); loading them and proposing a block
 needs the SmolLM2 directory `make setup` provides, and is skipped, with the reason, where it is missing.
 """
 import json
@@ -19,7 +20,8 @@ from dspark.models.training.run import target_fingerprint
 
 from tests.paths import EMBEDDED
 
-KINDS = ("dspark", "dflash", "eagle3")
+KINDS = ("dspark", "dflash", "eagle3")  # the equal-budget trio
+DRAFTERS = KINDS + ("dspark-long",)
 SMOLLM2 = target_dir(cache_root())
 MAX_COMMITTED_MB = 40
 
@@ -28,7 +30,7 @@ def _dir(kind: str) -> Path:
     return EMBEDDED / f"smollm2-{kind}"
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", DRAFTERS)
 def test_committed_smollm2_drafter_is_slim_and_small(kind):
     assert not stores_frozen_weights(_dir(kind))
     with safe_open(str(_dir(kind) / "model.safetensors"), framework="pt") as handle:
@@ -36,16 +38,20 @@ def test_committed_smollm2_drafter_is_slim_and_small(kind):
     assert (_dir(kind) / "model.safetensors").stat().st_size < MAX_COMMITTED_MB * 2**20
 
 
-def test_smollm2_drafters_share_data_and_budget_and_have_cards():
+def test_smollm2_trio_shares_data_and_budget():
     jobs = {kind: json.loads((_dir(kind) / "train_log.json").read_text())["job"] for kind in KINDS}
     for field in ("target_sha256", "data_summary", "samples", "seq_len", "trained_tokens", "steps"):
         assert len({json.dumps(job[field]) for job in jobs.values()}) == 1, field
-    for kind, job in jobs.items():
-        assert job["slim"] and not job["stopped_early"]
-        card = (_dir(kind) / "README.md").read_text()
-        assert f"{job['steps']} optimizer steps" in card and "--data-source chat" in card and "--slim" in card
-        history = json.loads((_dir(kind) / "train_log.json").read_text())["history"]
-        assert history[-1]["loss"] < history[0]["loss"], f"{kind}: training did not lower the loss"
+
+
+@pytest.mark.parametrize("kind", DRAFTERS)
+def test_smollm2_drafter_has_a_card_and_a_finished_run(kind):
+    log = json.loads((_dir(kind) / "train_log.json").read_text())
+    job = log["job"]
+    assert job["slim"] and not job["stopped_early"]
+    card = (_dir(kind) / "README.md").read_text()
+    assert f"{job['steps']} optimizer steps" in card and "--data-source chat" in card and "--slim" in card
+    assert log["history"][-1]["loss"] < log["history"][0]["loss"], f"{kind}: training did not lower the loss"
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +60,12 @@ def target():
 
 
 @pytest.mark.skipif(not is_provided(SMOLLM2), reason=f"{SMOLLM2} not provided: run make setup")
-@pytest.mark.parametrize("kind", KINDS)
-def test_committed_smollm2_drafter_loads_from_the_target_and_proposes(kind, target):
-    job = json.loads((_dir(kind) / "train_log.json").read_text())["job"]
+@pytest.mark.parametrize("name", DRAFTERS)
+def test_committed_smollm2_drafter_loads_from_the_target_and_proposes(name, target):
+    kind = name.removesuffix("-long")
+    job = json.loads((_dir(name) / "train_log.json").read_text())["job"]
     assert job["target_sha256"] == target_fingerprint(SMOLLM2)
-    drafter = load_drafter(_dir(kind), target.config, target_model=target, dtype=torch.float32)
+    drafter = load_drafter(_dir(name), target.config, target_model=target, dtype=torch.float32)
     cfg = drafter.config
     assert cfg.kind == kind and torch.equal(drafter.lm_head.weight, target.lm_head.weight)
     tokenizer = AutoTokenizer.from_pretrained(str(SMOLLM2))
