@@ -130,8 +130,8 @@ smollm2-drafters: setup
 		--out embedded/smollm2-eagle3 --work-dir $(DSPARK_CACHE)/train-work/smollm2-eagle3
 
 # The DSpark drafter that `make demo`, bench-sched-smollm2 and bench-serve use: the same recipe with 3x the
-# replies (2880) and 3x the anchors per sequence over twice the steps (2000), on two threads: data ~15 min,
-# features ~5 min, training ~66 min on the 2 idle cores. DFlash and Eagle3 at this budget are not trained yet, so
+# replies (2880) and 3x the anchors per sequence over twice the steps (2000), on two threads: replies 14.5 min,
+# features 2 min, training 50 min on the 2 idle cores (embedded/smollm2-dspark-long/README.md). DFlash and Eagle3 at this budget are not trained yet, so
 # the equal-budget comparison (make bench) still uses the trio above, with this drafter as a row of its own.
 .PHONY: smollm2-dspark-long
 smollm2-dspark-long: setup
