@@ -120,23 +120,24 @@ SMOLLM2_TRAIN := --target $(SMOLLM2) --data-source chat --prompt-len 128 --respo
 	--bf16 --init-from-target --block-size 6 --target-layer-ids 2 15 27 --mask-token-id 0 --batch-size 4 \
 	--lr 1e-3 --checkpoint-every 50 --log-every 10 --slim --resume
 SMOLLM2_RECIPE := $(SMOLLM2_TRAIN) --num-samples 960 --n-anchors 16 --steps 1000 --threads 1
+SMOLLM2_DSPARK := --drafter dspark --markov-head vanilla --markov-rank 64 --num-layers 2
 .PHONY: smollm2-drafters
 smollm2-drafters: setup
-	$(DSPARK) train $(SMOLLM2_RECIPE) --drafter dspark --markov-head vanilla --markov-rank 64 --num-layers 2 \
+	$(DSPARK) train $(SMOLLM2_RECIPE) $(SMOLLM2_DSPARK) \
 		--out embedded/smollm2-dspark --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark
 	$(DSPARK) train $(SMOLLM2_RECIPE) --drafter dflash --num-layers 2 \
 		--out embedded/smollm2-dflash --work-dir $(DSPARK_CACHE)/train-work/smollm2-dflash
 	$(DSPARK) train $(SMOLLM2_RECIPE) --drafter eagle3 --num-layers 1 \
 		--out embedded/smollm2-eagle3 --work-dir $(DSPARK_CACHE)/train-work/smollm2-eagle3
 
-# The DSpark drafter that `make demo`, bench-sched-smollm2 and bench-serve use: the same recipe with 3x the
-# replies (2880) and 3x the anchors per sequence over twice the steps (2000), on two threads: replies 14.5 min,
-# features 2 min, training 50 min on the 2 idle cores (embedded/smollm2-dspark-long/README.md). DFlash and Eagle3 at this budget are not trained yet, so
-# the equal-budget comparison (make bench) still uses the trio above, with this drafter as a row of its own.
+# The DSpark drafter that `make demo` and bench-sched-smollm2 use: the same recipe with 3x the replies (2880) and
+# 3x the anchors per sequence over twice the steps (2000), on two threads: replies 14.5 min, features 2 min,
+# training 50 min on the 2 idle cores (embedded/smollm2-dspark-long/README.md). DFlash and Eagle3 at this budget
+# are not trained yet, so the equal-budget comparison (make bench) still uses the trio above, with this drafter
+# as a row of its own.
 .PHONY: smollm2-dspark-long
 smollm2-dspark-long: setup
-	$(DSPARK) train $(SMOLLM2_TRAIN) --num-samples 2880 --n-anchors 48 --steps 2000 --threads 2 \
-		--drafter dspark --markov-head vanilla --markov-rank 64 --num-layers 2 \
+	$(DSPARK) train $(SMOLLM2_TRAIN) --num-samples 2880 --n-anchors 48 --steps 2000 --threads 2 $(SMOLLM2_DSPARK) \
 		--out embedded/smollm2-dspark-long --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-long
 
 # Kubernetes (README "Deploy to Kubernetes"). The toolchain lives in $(DSPARK_CACHE)/k8s/bin: helm, kubectl and,

@@ -21,7 +21,7 @@ from dspark.models.training.run import target_fingerprint
 from tests.paths import EMBEDDED
 
 KINDS = ("dspark", "dflash", "eagle3")  # the equal-budget trio
-DRAFTERS = KINDS + ("dspark-long",)
+DRAFTERS = {name: name for name in KINDS} | {"dspark-long": "dspark"}  # directory suffix -> drafter kind
 SMOLLM2 = target_dir(cache_root())
 MAX_COMMITTED_MB = 40
 
@@ -60,9 +60,8 @@ def target():
 
 
 @pytest.mark.skipif(not is_provided(SMOLLM2), reason=f"{SMOLLM2} not provided: run make setup")
-@pytest.mark.parametrize("name", DRAFTERS)
-def test_committed_smollm2_drafter_loads_from_the_target_and_proposes(name, target):
-    kind = name.removesuffix("-long")
+@pytest.mark.parametrize("name,kind", DRAFTERS.items())
+def test_committed_smollm2_drafter_loads_from_the_target_and_proposes(name, kind, target):
     job = json.loads((_dir(name) / "train_log.json").read_text())["job"]
     assert job["target_sha256"] == target_fingerprint(SMOLLM2)
     drafter = load_drafter(_dir(name), target.config, target_model=target, dtype=torch.float32)
