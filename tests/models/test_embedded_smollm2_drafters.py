@@ -1,5 +1,5 @@
 """The committed SmolLM2 drafters are slim and fit the provided target: the equal-budget trio
-(embedded/smollm2-{dspark,dflash,eagle3}) and the DSpark drafter of the longer recipe (embedded/smollm2-dspark-long).
+(embedded/smollm2-{dspark,dflash,eagle3}) and the drafters of the longer recipe (embedded/smollm2-{dspark,dflash}-long).
 
 The files are checked everywhere (slim, cards, the trio's same data and budget); loading them and proposing a block
 needs the SmolLM2 directory `make setup` provides, and is skipped, with the reason, where it is missing.
@@ -21,7 +21,9 @@ from dspark.models.training.run import target_fingerprint
 from tests.paths import EMBEDDED
 
 KINDS = ("dspark", "dflash", "eagle3")  # the equal-budget trio
-DRAFTERS = {name: name for name in KINDS} | {"dspark-long": "dspark"}  # directory suffix -> drafter kind
+LONG_KINDS = ("dspark", "dflash")  # trained by the longer recipe so far
+DRAFTERS = {name: name for name in KINDS} | {f"{kind}-long": kind for kind in LONG_KINDS}  # directory suffix -> kind
+EQUAL_BUDGET_GROUPS = {"trio": KINDS, "longer recipe": tuple(f"{kind}-long" for kind in LONG_KINDS)}
 SMOLLM2 = target_dir(cache_root())
 MAX_COMMITTED_MB = 40
 
@@ -38,8 +40,10 @@ def test_committed_smollm2_drafter_is_slim_and_small(kind):
     assert (_dir(kind) / "model.safetensors").stat().st_size < MAX_COMMITTED_MB * 2**20
 
 
-def test_smollm2_trio_shares_data_and_budget():
-    jobs = {kind: json.loads((_dir(kind) / "train_log.json").read_text())["job"] for kind in KINDS}
+@pytest.mark.parametrize("group", EQUAL_BUDGET_GROUPS)
+def test_smollm2_drafters_of_one_recipe_share_data_and_budget(group):
+    names = EQUAL_BUDGET_GROUPS[group]
+    jobs = {name: json.loads((_dir(name) / "train_log.json").read_text())["job"] for name in names}
     for field in ("target_sha256", "data_summary", "samples", "seq_len", "trained_tokens", "steps"):
         assert len({json.dumps(job[field]) for job in jobs.values()}) == 1, field
 
