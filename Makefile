@@ -132,7 +132,7 @@ smollm2-drafters: setup
 
 # The longer recipe: 3x the replies (2880), 3x the anchors per sequence (48) and twice the steps (2000), on two
 # threads. Its DSpark drafter is the one `make demo` and bench-sched-smollm2 use. Wall time on the 2 idle cores:
-# replies 14.5 min and features 2 min (shared, cached), then training DSpark 50 min, DFlash 43 min (their cards).
+# replies 14.5 min and features 2 min (shared, cached), then training DSpark 50 min, DFlash 45 min (their cards).
 # Eagle3 at this budget is not trained yet, so the equal-budget comparison of all three is still the trio above;
 # `make bench` adds these as the rows dspark-long and dflash-long.
 SMOLLM2_LONG := $(SMOLLM2_TRAIN) --num-samples 2880 --n-anchors 48 --steps 2000 --threads 2
