@@ -38,7 +38,8 @@ bench: setup
 		--drafters dspark=embedded/dspark dflash=embedded/dflash eagle3=embedded/eagle3
 	$(DSPARK) bench --target $(SMOLLM2) --name smollm2-135m-instruct $(BENCH_SETTINGS) --out bench/results/smollm2 \
 		--drafters dspark=embedded/smollm2-dspark dflash=embedded/smollm2-dflash eagle3=embedded/smollm2-eagle3 \
-		dspark-long=embedded/smollm2-dspark-long dflash-long=embedded/smollm2-dflash-long
+		dspark-long=embedded/smollm2-dspark-long dflash-long=embedded/smollm2-dflash-long \
+		eagle3-long=embedded/smollm2-eagle3-long
 
 # Allocation policies under load (issue 4): the embedded target saturates 2 cores inside concurrency 1..64.
 bench-sched: setup
@@ -131,10 +132,9 @@ smollm2-drafters: setup
 		--out embedded/smollm2-eagle3 --work-dir $(DSPARK_CACHE)/train-work/smollm2-eagle3
 
 # The longer recipe: 3x the replies (2880), 3x the anchors per sequence (48) and twice the steps (2000), on two
-# threads. Its DSpark drafter is the one `make demo` and bench-sched-smollm2 use. Wall time on the 2 idle cores:
-# replies 14.5 min and features 2 min (shared, cached), then training DSpark 50 min, DFlash 45 min (their cards).
-# Eagle3 at this budget is not trained yet, so the equal-budget comparison of all three is still the trio above;
-# `make bench` adds these as the rows dspark-long and dflash-long.
+# threads, for all three drafters. Its DSpark drafter is the one `make demo` and bench-sched-smollm2 use. Wall time
+# on the 2 idle cores: replies 14.5 min and features 2 min (shared, cached), then training DSpark 50 min, DFlash
+# 45 min, Eagle3 38.5 min (their cards). `make bench` adds them as the rows dspark-long, dflash-long, eagle3-long.
 SMOLLM2_LONG := $(SMOLLM2_TRAIN) --num-samples 2880 --n-anchors 48 --steps 2000 --threads 2
 .PHONY: smollm2-long-drafters
 smollm2-long-drafters: setup
@@ -142,6 +142,8 @@ smollm2-long-drafters: setup
 		--out embedded/smollm2-dspark-long --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-long
 	$(DSPARK) train $(SMOLLM2_LONG) --drafter dflash --num-layers 2 \
 		--out embedded/smollm2-dflash-long --work-dir $(DSPARK_CACHE)/train-work/smollm2-dflash-long
+	$(DSPARK) train $(SMOLLM2_LONG) --drafter eagle3 --num-layers 1 \
+		--out embedded/smollm2-eagle3-long --work-dir $(DSPARK_CACHE)/train-work/smollm2-eagle3-long
 
 # Kubernetes (README "Deploy to Kubernetes"). The toolchain lives in $(DSPARK_CACHE)/k8s/bin: helm, kubectl and,
 # for the tests, kube-apiserver/-controller-manager/-scheduler built from Debian's kubernetes source package.
