@@ -212,7 +212,9 @@ def write_plots(report: dict, out: Path) -> None:
     axes[0].set_xticks([j + 0.4 - width / 2 for j in range(len(names) + 1)], names + ["macro"])
     axes[0].set_ylabel("tau (tokens per target forward)")
     axes[0].set_title("accepted length")
-    axes[0].legend()
+    tallest = max(d["tau"] for r in tau.values() for d in r["datasets"].values())  # the macro bar is a mean
+    axes[0].set_ylim(0, 1.35 * tallest)  # headroom above the bars for the legend
+    axes[0].legend(ncol=3, fontsize=8, loc="upper center")
     batch_sizes = list(report["speed"])
     for kind in report["speed"][batch_sizes[0]]:
         base = kind.split("+")[0]
