@@ -27,16 +27,16 @@ SMOLLM2 = target_dir(cache_root())
 MAX_COMMITTED_MB = 40
 
 
-def _dir(kind: str) -> Path:
-    return EMBEDDED / f"smollm2-{kind}"
+def _dir(name: str) -> Path:
+    return EMBEDDED / f"smollm2-{name}"
 
 
-@pytest.mark.parametrize("kind", DRAFTERS)
-def test_committed_smollm2_drafter_is_slim_and_small(kind):
-    assert not stores_frozen_weights(_dir(kind))
-    with safe_open(str(_dir(kind) / "model.safetensors"), framework="pt") as handle:
+@pytest.mark.parametrize("name", DRAFTERS)
+def test_committed_smollm2_drafter_is_slim_and_small(name):
+    assert not stores_frozen_weights(_dir(name))
+    with safe_open(str(_dir(name) / "model.safetensors"), framework="pt") as handle:
         assert not set(FROZEN_WEIGHTS) & set(handle.keys())
-    assert (_dir(kind) / "model.safetensors").stat().st_size < MAX_COMMITTED_MB * 2**20
+    assert (_dir(name) / "model.safetensors").stat().st_size < MAX_COMMITTED_MB * 2**20
 
 
 @pytest.mark.parametrize("trio", EQUAL_BUDGET_TRIOS)
@@ -47,14 +47,14 @@ def test_smollm2_trio_shares_data_and_budget(trio):
         assert len({json.dumps(job[field]) for job in jobs.values()}) == 1, field
 
 
-@pytest.mark.parametrize("kind", DRAFTERS)
-def test_smollm2_drafter_has_a_card_and_a_finished_run(kind):
-    log = json.loads((_dir(kind) / "train_log.json").read_text())
+@pytest.mark.parametrize("name", DRAFTERS)
+def test_smollm2_drafter_has_a_card_and_a_finished_run(name):
+    log = json.loads((_dir(name) / "train_log.json").read_text())
     job = log["job"]
     assert job["slim"] and not job["stopped_early"]
-    card = (_dir(kind) / "README.md").read_text()
+    card = (_dir(name) / "README.md").read_text()
     assert f"{job['steps']} optimizer steps" in card and "--data-source chat" in card and "--slim" in card
-    assert log["history"][-1]["loss"] < log["history"][0]["loss"], f"{kind}: training did not lower the loss"
+    assert log["history"][-1]["loss"] < log["history"][0]["loss"], f"{name}: training did not lower the loss"
 
 
 @pytest.fixture(scope="module")
