@@ -27,6 +27,7 @@ from dspark.models.drafters.base import Drafter
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.datasets import stop_token_ids
 from dspark.models.training.run import load_target_config
+from dspark.models.training.trainer import computes_bf16_natively
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,8 @@ def drafter_dtype(choice: str, target_dtype: torch.dtype, device: torch.device) 
         raise ConfigError(f"drafter dtype must be one of {'|'.join(DRAFTER_DTYPES)}, got {choice!r}")
     if choice != "auto":
         return DRAFTER_DTYPES[choice]
-    # (a private torch probe, hence getattr: a torch without it keeps the target's dtype, never an error)
-    native_bf16 = torch.device(device).type == "cpu" and getattr(torch.cpu, "_is_avx512_bf16_supported", bool)()
-    return torch.bfloat16 if target_dtype == torch.float32 and native_bf16 else target_dtype
+    native_cpu_bf16 = torch.device(device).type == "cpu" and computes_bf16_natively(device)
+    return torch.bfloat16 if target_dtype == torch.float32 and native_cpu_bf16 else target_dtype
 
 
 def load_drafter_for(directory: Optional[Path], target: Target,

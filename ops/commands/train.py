@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import sys
 from pathlib import Path
 
 import torch
@@ -28,7 +29,7 @@ from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, defau
 from dspark.models.errors import ConfigError
 from dspark.models.training.data import SOURCES, DataConfig
 from dspark.models.training.run import DrafterSpec, TrainJob, train_job
-from dspark.models.training.trainer import DistContext, TrainConfig
+from dspark.models.training.trainer import DistContext, TrainConfig, computes_bf16_natively
 
 DEFAULT_DATA_CACHE = Path.home() / ".cache" / "dspark" / "train-data"
 
@@ -186,6 +187,10 @@ def handle(args: argparse.Namespace) -> int:
     job = build_job(args)  # validates everything before any model is loaded
     torch.set_num_threads(args.threads)
     dist = dist_context(args.device)
+    if args.bf16 and not computes_bf16_natively(dist.device):
+        print(f"dspark train: warning: --bf16 on {dist.device}, which has no native bf16 (no avx512_bf16 / AMX): "
+              "autocast emulates it, several times slower than float32 here; drop --bf16 on this machine (the "
+              "replies and features are then cached under their float32 key)", file=sys.stderr)
     try:
         info = train_job(job, dist)
     finally:

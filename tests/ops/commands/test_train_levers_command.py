@@ -1,9 +1,12 @@
 """`dspark train` speed and init levers on a tiny target: --feature-cache, --init-from-target, --bf16."""
 import json
 
+import pytest
+
 from test_train_command import _args, tiny_setup  # noqa: F401  (the module fixture: a tiny target and corpus)
 
 from dspark.ops.cli import main
+from dspark.ops.commands import train as train_command
 
 
 def test_feature_cache_is_built_once_then_reused(tiny_setup, tmp_path):  # noqa: F811
@@ -22,7 +25,11 @@ def test_feature_cache_is_built_once_then_reused(tiny_setup, tmp_path):  # noqa:
     assert "--feature-cache" in (tmp_path / "second" / "README.md").read_text()
 
 
-def test_init_from_target_and_bf16_are_recorded_in_the_card(tiny_setup, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("native", [True, False])
+def test_init_from_target_and_bf16_are_recorded_in_the_card(tiny_setup, tmp_path, monkeypatch, capsys,  # noqa: F811
+                                                            native):
+    """... and --bf16 on a CPU that emulates bf16 warns that it is slow there (the run still completes)."""
+    monkeypatch.setattr(train_command, "computes_bf16_natively", lambda device: native)
     root, target_dir, lib = tiny_setup
     out = tmp_path / "out"
     args = _args(root, target_dir, lib, "dflash", out, "--init-from-target", "--bf16", "--eval-samples", "0",
@@ -32,3 +39,5 @@ def test_init_from_target_and_bf16_are_recorded_in_the_card(tiny_setup, tmp_path
     assert "--init-from-target" in card and "--bf16" in card
     (data_key,) = (tmp_path / "data").glob("*.json")
     assert json.loads(data_key.read_text())["generation_autocast"] == "bfloat16", "bf16 data has its own cache key"
+    warned = "no native bf16" in capsys.readouterr().err
+    assert warned is not native
