@@ -122,7 +122,7 @@ class SpeculativeDecoder:
         taps = self.drafter.config.target_layer_ids if self.drafter is not None else ()
         target = TargetRunner(self.target, len(joined), taps)
         tokens, valid = left_padded([results[r].prompt_ids for r in joined], target.device)
-        step = target.forward(tokens, valid)
+        step = target.forward(tokens, valid, last_logits_only=True)  # left-padded: the last slot is every row's
         target.commit(valid)
         anchor = warping.sample(step.logits[:, -1], config.sampling, generator)
         admitted = time.perf_counter() - start

@@ -50,7 +50,7 @@ def time_probe(model: torch.nn.Module, counts: torch.Tensor, context_len: int, w
     runner = TargetRunner(model, len(counts))
     vocab = model.config.vocab_size
     context = torch.randint(vocab, (len(counts), context_len), generator=generator).to(runner.device)
-    runner.forward(context, torch.ones_like(context, dtype=torch.bool))
+    runner.forward(context, torch.ones_like(context, dtype=torch.bool), last_logits_only=True)
     runner.commit(torch.ones_like(context, dtype=torch.bool))
     width = int(counts.max())
     tokens = torch.randint(vocab, (len(counts), width), generator=generator).to(runner.device)

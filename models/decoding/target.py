@@ -29,7 +29,7 @@ COMPACT_HOLE_FRACTION = 0.5
 
 @dataclass(frozen=True)
 class TargetStep:
-    logits: torch.Tensor  # [bs, n, vocab] next-token logits after each new slot
+    logits: torch.Tensor  # [bs, n, vocab] next-token logits after each new slot ([bs, 1, vocab]: the last only)
     features: Optional[torch.Tensor]  # [bs, n, n_taps*hidden] tapped layer outputs; None without taps
 
 
@@ -46,12 +46,14 @@ class TargetRunner:
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=self.device)  # committed tokens per row
 
     @torch.no_grad()
-    def forward(self, tokens: torch.Tensor, new_valid: torch.Tensor) -> TargetStep:
-        """Run tokens [bs, n] long as n new slots; new_valid [bs, n] bool marks the real ones (others: padding)."""
+    def forward(self, tokens: torch.Tensor, new_valid: torch.Tensor, last_logits_only: bool = False) -> TargetStep:
+        """Run tokens [bs, n] long as n new slots; new_valid [bs, n] bool marks the real ones (others: padding).
+        last_logits_only: logits [bs, 1, vocab] for the last slot alone (a prefill needs no more; the vocabulary
+        projection of every prompt position would cost more than the rest of a short prompt's forward)."""
         positions = (self.lengths.unsqueeze(1) + new_valid.long().cumsum(dim=1) - 1).clamp(min=0)
         mask = self.attention_mask(new_valid)
         kwargs = dict(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
-                      use_cache=True)
+                      use_cache=True, logits_to_keep=1 if last_logits_only else 0)
         if not self.target_layer_ids:
             return TargetStep(logits=self.model(**kwargs).logits, features=None)
         with LayerTap(self.model, self.target_layer_ids) as tap:

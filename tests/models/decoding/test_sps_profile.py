@@ -32,9 +32,9 @@ def test_profile_leaves_no_state_between_repeats(embedded_target):
     seen = []
     original = sps_profile.TargetRunner.forward
 
-    def spy(self, tokens, new_valid):
+    def spy(self, tokens, new_valid, **kwargs):
         seen.append(self.valid.shape[1])
-        return original(self, tokens, new_valid)
+        return original(self, tokens, new_valid, **kwargs)
 
     sps_profile.TargetRunner.forward = spy
     try:

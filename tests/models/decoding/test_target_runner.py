@@ -45,3 +45,18 @@ def test_trailing_holes_are_cropped_so_batch_one_keeps_no_hole(embedded_target, 
     runner.forward(torch.tensor([[7, 8, 9]]), torch.ones(1, 3, dtype=torch.bool))
     runner.commit(torch.tensor([[True, True, False]]))
     assert runner.valid.all() and runner.cache.get_seq_length() == prompt.shape[1] + 2
+
+
+def test_a_prefill_may_keep_the_last_logits_only(embedded_target, prompts):
+    """last_logits_only: the last slot's logits, and the same cache and features as a full prefill."""
+    a, b = prompts[1], prompts[4]
+    width = max(len(a), len(b))
+    tokens = torch.tensor([[0] * (width - len(a)) + a, [0] * (width - len(b)) + b])
+    valid = torch.tensor([[False] * (width - len(a)) + [True] * len(a), [False] * (width - len(b)) + [True] * len(b)])
+    full, last = TargetRunner(embedded_target, 2, (1,)), TargetRunner(embedded_target, 2, (1,))
+    full_step, last_step = full.forward(tokens, valid), last.forward(tokens, valid, last_logits_only=True)
+    assert last_step.logits.shape == (2, 1, full_step.logits.shape[-1])
+    torch.testing.assert_close(last_step.logits[:, 0], full_step.logits[:, -1])
+    torch.testing.assert_close(last_step.features, full_step.features)
+    for mine, theirs in zip(last.cache.layers, full.cache.layers):
+        torch.testing.assert_close(mine.keys, theirs.keys)
