@@ -4,6 +4,11 @@ The target loads in float32 (CPU matmuls in bf16 are slow without AMX; a GPU run
 numbers are the output distribution we promise. The drafter loads through checkpoint.load_drafter, which refuses
 one that does not fit the target, on the target's device, in the dtype `drafter_dtype` picks.
 
+On CPU in float32 both lm_heads (the target's and the drafter's) compute through oneDNN where that measures
+faster than PyTorch's default (cpu_head.py): the same products in another rounding order, for decoding and for
+the target-alone baseline alike. `load_target(..., fastest_cpu_head=False)` keeps the model exactly as stored
+(the SGLang plugin profiles SGLang's own model that way).
+
 The drafter's dtype is free: it only proposes. Greedy verification keeps the target's argmax whatever was
 proposed, and sampled verification reads q from the very logits the drafts were drawn from (DraftBlock.probs,
 warping.probs casts them to float32 either way), so a bfloat16 drafter beside a float32 target is as lossless as a
@@ -23,6 +28,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from dspark.models.checkpoint import load_drafter
+from dspark.models.decoding.cpu_head import fastest_head
 from dspark.models.drafters.base import Drafter
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.datasets import stop_token_ids
@@ -38,10 +44,17 @@ class Target:
     path: Path
 
 
-def load_target(directory: Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Target:
+# The rows the target's head projects per request: a decode step, and a verify round of a typical block.
+TARGET_HEAD_ROWS = (1, 8)
+
+
+def load_target(directory: Path, device: str = "cpu", dtype: torch.dtype = torch.float32,
+                fastest_cpu_head: bool = True) -> Target:
     directory = Path(directory)
     config, tokenizer = load_target_config(directory)  # CheckpointError when there is no config.json
     model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype).to(device).eval()
+    if fastest_cpu_head:
+        model.lm_head = fastest_head(model.lm_head, TARGET_HEAD_ROWS)
     return Target(model=model, tokenizer=tokenizer, eos_token_ids=stop_token_ids(model, tokenizer), path=directory)
 
 
@@ -65,5 +78,7 @@ def load_drafter_for(directory: Optional[Path], target: Target,
     if directory is None:
         return None
     parameter = next(target.model.parameters())  # a slim checkpoint copies the target's embedding / lm_head
-    return load_drafter(Path(directory), target.model.config, device=parameter.device, target_model=target.model,
-                        dtype=drafter_dtype(dtype, parameter.dtype, parameter.device))
+    drafter = load_drafter(Path(directory), target.model.config, device=parameter.device, target_model=target.model,
+                           dtype=drafter_dtype(dtype, parameter.dtype, parameter.device))
+    drafter.lm_head = fastest_head(drafter.lm_head, (1, drafter.config.gamma))  # Eagle3 steps, a block
+    return drafter

@@ -1,0 +1,51 @@
+"""oneDNN's CPU linear (kernels/onednn_linear.py) against its reference, F.linear."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dspark.kernels import onednn_linear as module
+from dspark.kernels.onednn_linear import available, faster_on_this_cpu, onednn_linear, pack
+
+pytestmark = pytest.mark.skipif(not available(), reason="this torch has no oneDNN CPU linear")
+
+
+@pytest.mark.parametrize("shape", [(1, 96), (7, 96), (3, 5, 96), (130, 96)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_equals_the_reference(shape, with_bias):
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(1000, 96, generator=generator)
+    bias = torch.randn(1000, generator=generator) if with_bias else None
+    x = torch.randn(*shape, generator=generator)
+    out = onednn_linear(x, pack(weight), bias)
+    assert out.shape == (*shape[:-1], 1000)
+    torch.testing.assert_close(out, F.linear(x, weight, bias), rtol=1e-5, atol=1e-4)
+
+
+def test_takes_a_non_contiguous_input():
+    weight, x = torch.randn(50, 16), torch.randn(16, 4).t()  # [4, 16], transposed storage
+    torch.testing.assert_close(onednn_linear(x, pack(weight)), F.linear(x, weight), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_pack_refuses_anything_but_float32(dtype):
+    with pytest.raises(ValueError, match=f"float32 CPU weight, got {dtype}"):
+        pack(torch.randn(8, 4, dtype=dtype))
+
+
+@pytest.mark.parametrize("mkl_seconds, onednn_seconds, expected", [(3, 1, True), (1, 3, False), (2, 2, False)])
+def test_the_probe_keeps_the_faster_path(monkeypatch, mkl_seconds, onednn_seconds, expected):
+    """A fake clock that each product advances by its path's cost: oneDNN is chosen only when strictly faster."""
+    now = [0.0]
+
+    def costing(seconds, product):
+        return lambda *args: now.__setitem__(0, now[0] + seconds) or product(*args)
+
+    monkeypatch.setattr(module.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(module.F, "linear", costing(mkl_seconds, F.linear))
+    monkeypatch.setattr(module, "onednn_linear", costing(onednn_seconds, onednn_linear))
+    assert faster_on_this_cpu(torch.randn(8, 4), (1, 2)) is expected
+
+
+def test_without_onednn_the_probe_keeps_the_default(monkeypatch):
+    monkeypatch.setattr(module, "available", lambda: False)
+    assert faster_on_this_cpu(torch.randn(8, 4), (1,)) is False

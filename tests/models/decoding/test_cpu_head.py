@@ -1,0 +1,55 @@
+"""The oneDNN vocabulary head (models/decoding/cpu_head.py): chosen by measurement, same logits, lossless."""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from dspark.kernels import onednn_linear
+from dspark.models.decoding import cpu_head
+from dspark.models.decoding.cpu_head import OneDnnHead, fastest_head, head_backend
+from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
+from tests.models.decoding.conftest import KINDS
+
+pytestmark = pytest.mark.skipif(not onednn_linear.available(), reason="this torch has no oneDNN CPU linear")
+
+
+@pytest.fixture
+def onednn_wins(monkeypatch):
+    monkeypatch.setattr(cpu_head, "faster_on_this_cpu", lambda weight, rows: True)
+
+
+def test_swaps_only_when_onednn_measures_faster(monkeypatch):
+    linear = nn.Linear(16, 40, bias=False)
+    monkeypatch.setattr(cpu_head, "faster_on_this_cpu", lambda weight, rows: False)
+    assert fastest_head(linear, (1, 8)) is linear
+    monkeypatch.setattr(cpu_head, "faster_on_this_cpu", lambda weight, rows: True)
+    assert isinstance(fastest_head(linear, (1, 8)), OneDnnHead)
+
+
+@pytest.mark.parametrize("head", [nn.Linear(16, 40).to(torch.bfloat16), nn.Embedding(40, 16)])
+def test_leaves_other_heads_alone(head, onednn_wins):
+    assert fastest_head(head, (1,)) is head
+
+
+def test_keeps_the_linear_parameter_and_its_logits(onednn_wins):
+    linear = nn.Linear(16, 40)
+    head = fastest_head(linear, (1,))
+    assert head.weight is linear.weight and head.bias is linear.bias
+    x = torch.randn(2, 3, 16)
+    torch.testing.assert_close(head(x), linear(x), rtol=1e-5, atol=1e-5)
+    assert "lm_head.packed" not in dict(nn.ModuleDict({"lm_head": head}).state_dict())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_greedy_decoding_stays_exact_with_onednn_heads(kind, embedded_target, embedded_drafters, prompts, onednn_wins):
+    """Target and drafter both on the oneDNN head: speculative greedy equals plain greedy through that target."""
+    target, drafter = copy.deepcopy(embedded_target), copy.deepcopy(embedded_drafters[kind])
+    target.lm_head = fastest_head(target.lm_head, (1,))
+    drafter.lm_head = fastest_head(drafter.lm_head, (1,))
+    assert head_backend(target) == head_backend(drafter) == "oneDNN" and head_backend(embedded_target) == "default"
+    config = GenerationConfig(max_new_tokens=16)
+    plain = SpeculativeDecoder(target).generate(prompts, config)
+    speculative = SpeculativeDecoder(target, drafter).generate(prompts, config)
+    assert [g.token_ids for g in speculative] == [g.token_ids for g in plain]
+    assert sum(r.accepted for g in speculative for r in g.rounds) > 0
