@@ -6,8 +6,8 @@ one that does not fit the target, on the target's device, in the dtype `drafter_
 
 On CPU in float32 both lm_heads (the target's and the drafter's) compute through oneDNN where that measures
 faster than PyTorch's default (cpu_head.py): the same products in another rounding order, for decoding and for
-the target-alone baseline alike. `load_target(..., fastest_cpu_head=False)` keeps the model exactly as stored
-(the SGLang plugin profiles SGLang's own model that way).
+the target-alone baseline alike (`--lm-head auto`, the default). `--lm-head default` keeps PyTorch's path, and
+the SGLang plugin profiles SGLang's own model that way.
 
 The drafter's dtype is free: it only proposes. Greedy verification keeps the target's argmax whatever was
 proposed, and sampled verification reads q from the very logits the drafts were drawn from (DraftBlock.probs,
@@ -44,17 +44,27 @@ class Target:
     path: Path
 
 
+LM_HEADS = ("auto", "default")  # auto: oneDNN on CPU where it measures faster (cpu_head.py); default: PyTorch's
+DEFAULT_LM_HEAD = "auto"
 # The rows the target's head projects per request: a decode step, and a verify round of a typical block.
 TARGET_HEAD_ROWS = (1, 8)
 
 
+def with_lm_head(module: torch.nn.Module, choice: str, row_counts) -> torch.nn.Module:
+    """`module` with its lm_head as `choice` picks (module docstring)."""
+    if choice not in LM_HEADS:
+        raise ConfigError(f"lm_head must be one of {'|'.join(LM_HEADS)}, got {choice!r}")
+    if choice == "auto":
+        module.lm_head = fastest_head(module.lm_head, row_counts)
+    return module
+
+
 def load_target(directory: Path, device: str = "cpu", dtype: torch.dtype = torch.float32,
-                fastest_cpu_head: bool = True) -> Target:
+                lm_head: str = DEFAULT_LM_HEAD) -> Target:
     directory = Path(directory)
     config, tokenizer = load_target_config(directory)  # CheckpointError when there is no config.json
     model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype).to(device).eval()
-    if fastest_cpu_head:
-        model.lm_head = fastest_head(model.lm_head, TARGET_HEAD_ROWS)
+    with_lm_head(model, lm_head, TARGET_HEAD_ROWS)
     return Target(model=model, tokenizer=tokenizer, eos_token_ids=stop_token_ids(model, tokenizer), path=directory)
 
 
@@ -72,13 +82,12 @@ def drafter_dtype(choice: str, target_dtype: torch.dtype, device: torch.device) 
     return torch.bfloat16 if target_dtype == torch.float32 and native_cpu_bf16 else target_dtype
 
 
-def load_drafter_for(directory: Optional[Path], target: Target,
-                     dtype: str = DEFAULT_DRAFTER_DTYPE) -> Optional[Drafter]:
+def load_drafter_for(directory: Optional[Path], target: Target, dtype: str = DEFAULT_DRAFTER_DTYPE,
+                     lm_head: str = DEFAULT_LM_HEAD) -> Optional[Drafter]:
     """The drafter at `directory` checked against the target (None: no speculation), in the `dtype` choice."""
     if directory is None:
         return None
     parameter = next(target.model.parameters())  # a slim checkpoint copies the target's embedding / lm_head
     drafter = load_drafter(Path(directory), target.model.config, device=parameter.device, target_model=target.model,
                            dtype=drafter_dtype(dtype, parameter.dtype, parameter.device))
-    drafter.lm_head = fastest_head(drafter.lm_head, (1, drafter.config.gamma))  # Eagle3 steps, a block
-    return drafter
+    return with_lm_head(drafter, lm_head, (1, drafter.config.gamma))  # an Eagle3 step, a block

@@ -38,6 +38,7 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from dspark.kernels.warping import GREEDY, SamplingParams  # noqa: E402
+from dspark.models.decoding.cpu_head import head_backend  # noqa: E402
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder  # noqa: E402
 from dspark.models.decoding.loading import load_drafter_for, load_target  # noqa: E402
 from dspark.models.decoding.verify_length import VerifyLengthPolicy  # noqa: E402
@@ -46,8 +47,8 @@ from dspark.models.evaluation.acceptance import acceptance_summary  # noqa: E402
 from dspark.models.evaluation.datasets import encode_chat, load_prompts  # noqa: E402
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, save  # noqa: E402
 from dspark.models.evaluation.run import EvalSettings, evaluate, warm_up  # noqa: E402
-from dspark.ops.commands.decoding_args import (add_drafter_dtype_arg, add_drafting_arg, dtype_name,  # noqa: E402
-                                              startup_sps)
+from dspark.ops.commands.decoding_args import (add_drafter_dtype_arg, add_drafting_arg,  # noqa: E402
+                                              add_lm_head_arg, dtype_name, startup_sps)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,6 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--speed-repeats", type=int, default=3, help="timed runs per decoder (median reported)")
     add_drafting_arg(parser)  # the speed runs; tau is measured drafting every round
     add_drafter_dtype_arg(parser)
+    add_lm_head_arg(parser)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, required=True)
@@ -90,8 +92,9 @@ def run(args: argparse.Namespace) -> int:
     drafter_paths = pairs(args.drafters, "--drafters")
     datasets = {name: load_prompts(path, args.prompts) for name, path in pairs(args.datasets, "--datasets").items()}
     torch.set_num_threads(args.threads)
-    target = load_target(args.target)
-    drafters = {kind: load_drafter_for(path, target, args.drafter_dtype) for kind, path in drafter_paths.items()}
+    target = load_target(args.target, lm_head=args.lm_head)
+    drafters = {kind: load_drafter_for(path, target, args.drafter_dtype, args.lm_head)
+                for kind, path in drafter_paths.items()}
     encoded = {name: [encode_chat(target.tokenizer, t) for t in texts] for name, texts in datasets.items()}
     report = {"target": args.name or args.target.name, "settings": {
         "prompts_per_dataset": args.prompts, "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
@@ -99,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         "speed_prompts": args.speed_prompts, "speed_tokens": args.speed_tokens, "batch_sizes": args.batch_sizes,
         "speed_repeats": args.speed_repeats,
         "drafting": args.drafting, "drafter_dtype": dtype_name(next(iter(drafters.values()))),
+        "lm_heads": {"target": head_backend(target.model), **{k: head_backend(d) for k, d in drafters.items()}},
         "threads": args.threads},
         "tau": tau_phase(target, drafters, encoded, args), "speed": None}
     report["speed"] = speed_phase(target, drafters, encoded, args)

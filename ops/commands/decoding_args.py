@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 
 from dspark.kernels.warping import SamplingParams
-from dspark.models.decoding.loading import (DEFAULT_DRAFTER_DTYPE, DRAFTER_DTYPES, Target, load_drafter_for,
-                                            load_target)
+from dspark.models.decoding.loading import (DEFAULT_DRAFTER_DTYPE, DEFAULT_LM_HEAD, DRAFTER_DTYPES, LM_HEADS, Target,
+                                            load_drafter_for, load_target)
 from dspark.models.decoding.settings import SPS_POLICIES
 from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sps
 from dspark.models.decoding.sts import load_sts
@@ -29,6 +29,7 @@ def add_model_args(parser: argparse.ArgumentParser, drafter_required: bool = Tru
         choice.add_argument("--no-spec", action="store_true", help="decode with the target alone")
     group.add_argument("--device", default="cpu", help="cpu or cuda")
     add_drafter_dtype_arg(group)
+    add_lm_head_arg(group)
     add_threads_arg(group)
 
 
@@ -37,6 +38,13 @@ def add_drafter_dtype_arg(parser) -> None:
     parser.add_argument("--drafter-dtype", choices=tuple(DRAFTER_DTYPES), default=DEFAULT_DRAFTER_DTYPE,
                         help="auto: bfloat16 beside a float32 target on a CPU with native bf16, else the target's "
                              f"(default: {DEFAULT_DRAFTER_DTYPE})")
+
+
+def add_lm_head_arg(parser) -> None:
+    """--lm-head (models/decoding/loading.py): how the target's and drafter's vocabulary heads compute on CPU."""
+    parser.add_argument("--lm-head", choices=LM_HEADS, default=DEFAULT_LM_HEAD,
+                        help="auto: through oneDNN where a load-time probe measures it faster than PyTorch's default "
+                             f"on this CPU; default: PyTorch's (default: {DEFAULT_LM_HEAD})")
 
 
 def dtype_name(drafter) -> str:
@@ -80,9 +88,9 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
 def load_models(args: argparse.Namespace) -> tuple:
     """(target, drafter or None) after validating the paths; sets the thread count."""
     use_threads(args)
-    target: Target = load_target(args.target, args.device)
+    target: Target = load_target(args.target, args.device, lm_head=args.lm_head)
     return target, load_drafter_for(None if getattr(args, "no_spec", False) else args.drafter, target,
-                                    args.drafter_dtype)
+                                    args.drafter_dtype, args.lm_head)
 
 
 def verify_policy(args: argparse.Namespace, drafter, target_model=None,

@@ -1,5 +1,6 @@
 """The oneDNN vocabulary head (models/decoding/cpu_head.py): chosen by measurement, same logits, lossless."""
 import copy
+import re
 
 import pytest
 import torch
@@ -9,6 +10,8 @@ from dspark.kernels import onednn_linear
 from dspark.models.decoding import cpu_head
 from dspark.models.decoding.cpu_head import OneDnnHead, fastest_head, head_backend
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
+from dspark.models.decoding.loading import with_lm_head
+from dspark.models.errors import ConfigError
 from tests.models.decoding.conftest import KINDS
 
 pytestmark = pytest.mark.skipif(not onednn_linear.available(), reason="this torch has no oneDNN CPU linear")
@@ -25,6 +28,18 @@ def test_swaps_only_when_onednn_measures_faster(monkeypatch):
     assert fastest_head(linear, (1, 8)) is linear
     monkeypatch.setattr(cpu_head, "faster_on_this_cpu", lambda weight, rows: True)
     assert isinstance(fastest_head(linear, (1, 8)), OneDnnHead)
+
+
+def test_an_unknown_lm_head_choice_is_one_clear_error():
+    with pytest.raises(ConfigError, match=re.escape("lm_head must be one of auto|default, got 'mkl'")):
+        with_lm_head(nn.Module(), "mkl", (1,))
+
+
+def test_default_keeps_pytorchs_head(onednn_wins):
+    model = nn.Module()
+    model.lm_head = linear = nn.Linear(16, 40)
+    assert with_lm_head(model, "default", (1,)).lm_head is linear
+    assert isinstance(with_lm_head(model, "auto", (1,)).lm_head, OneDnnHead)
 
 
 @pytest.mark.parametrize("head", [nn.Linear(16, 40).to(torch.bfloat16), nn.Embedding(40, 16)])
