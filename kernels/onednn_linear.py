@@ -4,8 +4,9 @@ PyTorch runs a float32 CPU linear through MKL's sgemm. For the vocabulary projec
 what a decode step (1 row), a verify round (1 + k rows) and a drafter block (gamma rows) ask for, that path can
 be several times slower than reading the weight once would allow. On the 2-core AVX2 AMD EPYC of 2026-12-02,
 SmolLM2's lm_head (49152 x 576, 113 MB) took 12 ms for 1 row and 37-49 ms for 7 rows through MKL; oneDNN's
-linear with the weight packed once took 7 ms and 12-15 ms. On other CPUs MKL may win, so the caller measures
-both (`faster_on_this_cpu`) and keeps the faster.
+linear with the weight packed once took 7 ms and 12-15 ms; from about 128 rows on MKL was as fast or faster (256
+rows: 7% slower through oneDNN). On other CPUs MKL may win everywhere, so the caller measures both up to the
+largest row count it will send (`onednn_wins_up_to`) and keeps MKL beyond the last count oneDNN won.
 
     reference  F.linear(x, weight, bias)
     kernel     onednn_linear(x, pack(weight), bias): x converted to oneDNN's layout, the product, back to dense
@@ -40,10 +41,11 @@ def onednn_linear(x: torch.Tensor, packed: torch.Tensor, bias: Optional[torch.Te
     return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
-def faster_on_this_cpu(weight: torch.Tensor, row_counts: Sequence[int], repeats: int = 5) -> bool:
-    """Whether onednn_linear beats F.linear on `weight` here, summed over the median times at row_counts."""
+def onednn_wins_up_to(weight: torch.Tensor, row_counts: Sequence[int], repeats: int = 5) -> int:
+    """The largest of row_counts (ascending) up to which onednn_linear beats F.linear on `weight` at every one
+    of them, by median time here; 0 when it loses at the first (or this torch has no oneDNN)."""
     if not available():
-        return False
+        return 0
     packed = pack(weight)
 
     def median_seconds(project, rows: int) -> float:
@@ -56,7 +58,11 @@ def faster_on_this_cpu(weight: torch.Tensor, row_counts: Sequence[int], repeats:
             times.append(time.perf_counter() - began)
         return sorted(times)[len(times) // 2]
 
+    wins_up_to = 0
     with torch.no_grad():
-        mkl = sum(median_seconds(lambda x: F.linear(x, weight), rows) for rows in row_counts)
-        onednn = sum(median_seconds(lambda x: onednn_linear(x, packed), rows) for rows in row_counts)
-    return onednn < mkl
+        for rows in sorted(row_counts):
+            if median_seconds(lambda x: onednn_linear(x, packed), rows) >= median_seconds(
+                    lambda x: F.linear(x, weight), rows):
+                break
+            wins_up_to = rows
+    return wins_up_to

@@ -46,8 +46,8 @@ class Target:
 
 LM_HEADS = ("auto", "default")  # auto: oneDNN on CPU where it measures faster (cpu_head.py); default: PyTorch's
 DEFAULT_LM_HEAD = "auto"
-# The rows the target's head projects per request: a decode step, and a verify round of a typical block.
-TARGET_HEAD_ROWS = (1, 8)
+# The rows the target's head is probed at: a decode step, a verify round of a typical block, then batches of them.
+TARGET_HEAD_ROWS = (1, 8, 64, 256)
 
 
 def with_lm_head(module: torch.nn.Module, choice: str, row_counts) -> torch.nn.Module:

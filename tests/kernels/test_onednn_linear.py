@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from dspark.kernels import onednn_linear as module
-from dspark.kernels.onednn_linear import available, faster_on_this_cpu, onednn_linear, pack
+from dspark.kernels.onednn_linear import available, onednn_linear, onednn_wins_up_to, pack
 
 pytestmark = pytest.mark.skipif(not available(), reason="this torch has no oneDNN CPU linear")
 
@@ -32,20 +32,28 @@ def test_pack_refuses_anything_but_float32(dtype):
         pack(torch.randn(8, 4, dtype=dtype))
 
 
-@pytest.mark.parametrize("mkl_seconds, onednn_seconds, expected", [(3, 1, True), (1, 3, False), (2, 2, False)])
-def test_the_probe_keeps_the_faster_path(monkeypatch, mkl_seconds, onednn_seconds, expected):
-    """A fake clock that each product advances by its path's cost: oneDNN is chosen only when strictly faster."""
+@pytest.mark.parametrize("onednn_seconds_per_row, expected", [
+    ({1: 1, 8: 1, 64: 9, 256: 1}, 8),  # loses at 64: the counts after it do not matter
+    ({1: 1, 8: 1, 64: 1, 256: 1}, 256),
+    ({1: 9, 8: 1, 64: 1, 256: 1}, 0),
+    ({1: 2, 8: 1, 64: 1, 256: 1}, 0),  # a tie is not a win
+])
+def test_the_probe_finds_how_far_onednn_wins(monkeypatch, onednn_seconds_per_row, expected):
+    """A fake clock each product advances by its cost at that row count; the default path costs 2 everywhere."""
     now = [0.0]
 
-    def costing(seconds, product):
-        return lambda *args: now.__setitem__(0, now[0] + seconds) or product(*args)
+    def costing(seconds_at, product):
+        def timed(x, *args):
+            now[0] += seconds_at(x.shape[0])
+            return product(x, *args)
+        return timed
 
     monkeypatch.setattr(module.time, "perf_counter", lambda: now[0])
-    monkeypatch.setattr(module.F, "linear", costing(mkl_seconds, F.linear))
-    monkeypatch.setattr(module, "onednn_linear", costing(onednn_seconds, onednn_linear))
-    assert faster_on_this_cpu(torch.randn(8, 4), (1, 2)) is expected
+    monkeypatch.setattr(module.F, "linear", costing(lambda rows: 2, F.linear))
+    monkeypatch.setattr(module, "onednn_linear", costing(onednn_seconds_per_row.get, onednn_linear))
+    assert onednn_wins_up_to(torch.randn(8, 4), (256, 1, 64, 8)) == expected  # any order: probed ascending
 
 
 def test_without_onednn_the_probe_keeps_the_default(monkeypatch):
     monkeypatch.setattr(module, "available", lambda: False)
-    assert faster_on_this_cpu(torch.randn(8, 4), (1,)) is False
+    assert onednn_wins_up_to(torch.randn(8, 4), (1,)) == 0

@@ -19,15 +19,27 @@ pytestmark = pytest.mark.skipif(not onednn_linear.available(), reason="this torc
 
 @pytest.fixture
 def onednn_wins(monkeypatch):
-    monkeypatch.setattr(cpu_head, "faster_on_this_cpu", lambda weight, rows: True)
+    monkeypatch.setattr(cpu_head, "onednn_wins_up_to", lambda weight, rows: max(rows))
 
 
 def test_swaps_only_when_onednn_measures_faster(monkeypatch):
     linear = nn.Linear(16, 40, bias=False)
-    monkeypatch.setattr(cpu_head, "faster_on_this_cpu", lambda weight, rows: False)
+    monkeypatch.setattr(cpu_head, "onednn_wins_up_to", lambda weight, rows: 0)
     assert fastest_head(linear, (1, 8)) is linear
-    monkeypatch.setattr(cpu_head, "faster_on_this_cpu", lambda weight, rows: True)
-    assert isinstance(fastest_head(linear, (1, 8)), OneDnnHead)
+    monkeypatch.setattr(cpu_head, "onednn_wins_up_to", lambda weight, rows: 8)
+    head = fastest_head(linear, (1, 8, 64))
+    assert isinstance(head, OneDnnHead) and head.max_rows == 8
+
+
+def test_calls_beyond_the_rows_onednn_won_take_the_default_path(monkeypatch):
+    calls, kernel = [], onednn_linear.onednn_linear
+    monkeypatch.setattr(cpu_head, "onednn_linear", lambda x, *args: calls.append(x.shape) or kernel(x, *args))
+    linear = nn.Linear(16, 40)
+    head = OneDnnHead(linear, max_rows=8)
+    for shape in [(1, 16), (2, 4, 16), (3, 3, 16), (9, 16)]:
+        x = torch.randn(*shape)
+        torch.testing.assert_close(head(x), linear(x), rtol=1e-5, atol=1e-5)
+    assert calls == [(1, 16), (2, 4, 16)]  # 9 rows each for the last two
 
 
 def test_an_unknown_lm_head_choice_is_one_clear_error():

@@ -142,7 +142,7 @@ def test_malformed_prompts_file_names_the_line(tmp_path, capsys):
 @pytest.mark.parametrize("lm_head, backend", [("auto", "oneDNN"), ("default", "default")])
 def test_demo_answers_identically_and_reports_speedup(prompts_file, tmp_path, capsys, monkeypatch, lm_head, backend):
     """... with either lm_head (auto: the probe made to prefer oneDNN, as on an AVX2 EPYC)."""
-    monkeypatch.setattr(cpu_head, "faster_on_this_cpu", lambda weight, rows: onednn_linear.available())
+    monkeypatch.setattr(cpu_head, "onednn_wins_up_to", lambda weight, rows: max(rows) * onednn_linear.available())
     assert main(["demo", *MODELS, "--drafter", str(EMBEDDED / "dspark"), "--prompts-file", str(prompts_file),
                  "--max-new-tokens", "12", "--lm-head", lm_head, "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "demo.json").read_text())
