@@ -57,6 +57,21 @@ bench-sched-smollm2: setup
 		--simulate-to 1024 --max-new-tokens 48 --threads $(BENCH_SCHED_THREADS) --out bench/results/sched-smollm2
 BENCH_SCHED_THREADS ?= 2
 
+# The vocabulary heads through oneDNN against PyTorch's default on this CPU (models/decoding/cpu_head.py): the
+# target's verify cost curve, and the demo with drafting forced on (all 6 drafts verified) for DSpark and Eagle3
+# of the longer recipe, each with --lm-head auto and default, one after the other.
+.PHONY: bench-cpu-head
+bench-cpu-head: setup
+	for head in auto default; do \
+		$(DSPARK) profile-sps --target $(SMOLLM2) --lm-head $$head --threads 2 \
+			--out bench/results/cpu-head/sps-$$head.json && \
+		for drafter in dspark-long eagle3-long; do \
+			$(DSPARK) demo --target $(SMOLLM2) --drafter embedded/smollm2-$$drafter --policy fixed \
+				--drafting always --lm-head $$head --threads 2 --out bench/results/cpu-head/$$head/$$drafter \
+				|| exit 1; \
+		done || exit 1; \
+	done
+
 # DSpark served by the real SGLang server (with dspark's plugin) against the target alone, both targets:
 # tokens/s, tau and verify budget at concurrency 1 and 8, policies switched live: bench/results/serve-*/.
 bench-serve: setup
