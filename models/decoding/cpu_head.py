@@ -17,9 +17,9 @@ from dspark.kernels.onednn_linear import onednn_linear, onednn_wins_up_to, pack
 
 
 class OneDnnHead(nn.Module):
-    """A frozen nn.Linear computed by oneDNN for calls of at most max_rows rows, by the default path above. It
-    keeps the linear's own Parameter as `.weight` (a tied embedding and anything reading the head's weight see
-    no change) beside the packed copy oneDNN uses."""
+    """A frozen nn.Linear computed by oneDNN for calls of at most max_rows rows, by PyTorch's default path for
+    larger ones. It keeps the linear's own Parameter as `.weight` (a tied embedding and anything reading the
+    head's weight see no change) beside the packed copy oneDNN uses."""
 
     def __init__(self, linear: nn.Linear, max_rows: int):
         super().__init__()
