@@ -47,9 +47,10 @@ def onednn_wins_up_to(weight: torch.Tensor, row_counts: Sequence[int], repeats: 
     if not available():
         return 0
     packed = pack(weight)
+    generator = torch.Generator().manual_seed(0)  # leaves the global RNG as the caller seeded it
 
     def median_seconds(project, rows: int) -> float:
-        x = torch.randn(rows, weight.shape[1])
+        x = torch.randn(rows, weight.shape[1], generator=generator)
         project(x)  # warm-up: first calls allocate and pick kernels
         times = []
         for _ in range(repeats):

@@ -57,3 +57,11 @@ def test_the_probe_finds_how_far_onednn_wins(monkeypatch, onednn_seconds_per_row
 def test_without_onednn_the_probe_keeps_the_default(monkeypatch):
     monkeypatch.setattr(module, "available", lambda: False)
     assert onednn_wins_up_to(torch.randn(8, 4), (1,)) == 0
+
+
+def test_the_probe_leaves_the_global_rng_alone():
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    onednn_wins_up_to(torch.randn(8, 4, generator=torch.Generator().manual_seed(1)), (1, 2), repeats=1)
+    assert torch.equal(torch.rand(3), expected)
