@@ -57,18 +57,18 @@ bench-sched-smollm2: setup
 		--simulate-to 1024 --max-new-tokens 48 --threads $(BENCH_SCHED_THREADS) --out bench/results/sched-smollm2
 BENCH_SCHED_THREADS ?= 2
 
-# The vocabulary heads through oneDNN against PyTorch's default on this CPU (models/decoding/cpu_head.py): the
-# target's verify cost curve, and the demo with drafting forced on (all 6 drafts verified) for DSpark and Eagle3
-# of the longer recipe, each with --lm-head auto and default, one after the other.
-.PHONY: bench-cpu-head
-bench-cpu-head: setup
-	for head in auto default; do \
-		$(DSPARK) profile-sps --target $(SMOLLM2) --lm-head $$head --threads 2 \
-			--out bench/results/cpu-head/sps-$$head.json && \
+# The float32 linears probed per shape and row count against PyTorch's default on this CPU
+# (models/decoding/cpu_linears.py): the target's verify cost curve, and the demo with drafting forced on (all 6
+# drafts verified) for DSpark and Eagle3 of the longer recipe, each with --cpu-linears auto and default.
+.PHONY: bench-cpu-linears
+bench-cpu-linears: setup
+	for linears in auto default; do \
+		$(DSPARK) profile-sps --target $(SMOLLM2) --cpu-linears $$linears --threads 2 \
+			--out bench/results/cpu-linears/sps-$$linears.json && \
 		for drafter in dspark-long eagle3-long; do \
 			$(DSPARK) demo --target $(SMOLLM2) --drafter embedded/smollm2-$$drafter --policy fixed \
-				--drafting always --lm-head $$head --threads 2 --out bench/results/cpu-head/$$head/$$drafter \
-				|| exit 1; \
+				--drafting always --cpu-linears $$linears --threads 2 \
+				--out bench/results/cpu-linears/$$linears/$$drafter || exit 1; \
 		done || exit 1; \
 	done
 

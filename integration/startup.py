@@ -42,7 +42,7 @@ def profile_table(target: Path, device: str, dtype: torch.dtype, tokens_per_requ
 
     largest = min(MAX_PROBE_TOKENS, max_requests * tokens_per_request)
     logger.info("dspark: profiling %s on %s up to %d tokens per verify", target, device, largest)
-    model = load_target(target, device, dtype, lm_head="default").model  # SGLang's own head
+    model = load_target(target, device, dtype, cpu_linears="default").model  # SGLang's own linears
     table, _ = profile_sps(model, probe_sizes(largest, tokens_per_request), tokens_per_request=tokens_per_request,
                            warmup=1, repeats=3)
     return table

@@ -4,10 +4,10 @@ The target loads in float32 (CPU matmuls in bf16 are slow without AMX; a GPU run
 numbers are the output distribution we promise. The drafter loads through checkpoint.load_drafter, which refuses
 one that does not fit the target, on the target's device, in the dtype `drafter_dtype` picks.
 
-On CPU in float32 both lm_heads (the target's and the drafter's) compute through oneDNN where that measures
-faster than PyTorch's default (cpu_head.py): the same products in another rounding order, for decoding and for
-the target-alone baseline alike (`--lm-head auto`, the default). `--lm-head default` keeps PyTorch's path, and
-the SGLang plugin profiles SGLang's own model that way.
+On CPU in float32 every linear of both models (the target's and the drafter's) computes the way a load-time probe
+measures fastest at the row counts decoding sends (cpu_linears.py): the same products in another rounding order,
+for decoding and for the target-alone baseline alike (`--cpu-linears auto`, the default). `--cpu-linears
+default` keeps PyTorch's path, and the SGLang plugin profiles SGLang's own model that way.
 
 The drafter's dtype is free: it only proposes. Greedy verification keeps the target's argmax whatever was
 proposed, and sampled verification reads q from the very logits the drafts were drawn from (DraftBlock.probs,
@@ -28,7 +28,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from dspark.models.checkpoint import load_drafter
-from dspark.models.decoding.cpu_head import fastest_head
+from dspark.models.decoding.cpu_linears import with_fastest_linears
 from dspark.models.drafters.base import Drafter
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.datasets import stop_token_ids
@@ -44,27 +44,31 @@ class Target:
     path: Path
 
 
-LM_HEADS = ("auto", "default")  # auto: oneDNN on CPU where it measures faster (cpu_head.py); default: PyTorch's
-DEFAULT_LM_HEAD = "auto"
-# The rows the target's head is probed at: a decode step, a verify round of a typical block, then batches of them.
-TARGET_HEAD_ROWS = (1, 8, 64, 256)
+CPU_LINEARS = ("auto", "default")  # auto: probed per shape and row count (cpu_linears.py); default: PyTorch's
+DEFAULT_CPU_LINEARS = "auto"
 
 
-def with_lm_head(module: torch.nn.Module, choice: str, row_counts) -> torch.nn.Module:
-    """`module` with its lm_head as `choice` picks (module docstring)."""
-    if choice not in LM_HEADS:
-        raise ConfigError(f"lm_head must be one of {'|'.join(LM_HEADS)}, got {choice!r}")
-    if choice == "auto":
-        module.lm_head = fastest_head(module.lm_head, row_counts)
-    return module
+def probed_rows(block: int = 8) -> tuple:
+    """The row counts the linears are probed at: every count up to a block (a decode step, a verify round of one
+    request, a drafter block or its features). Larger calls keep PyTorch's default: on SmolLM2 (2-core AVX2 EPYC,
+    2026-12-03) the strategies a per-shape probe picked at 16-64 rows made whole target forwards of 14-32 rows
+    20% slower, while up to 8 rows they made them 8-40% faster."""
+    return tuple(range(1, max(block, 8) + 1))
+
+
+def with_cpu_linears(module: torch.nn.Module, choice: str, row_counts) -> torch.nn.Module:
+    """`module` with its linears as `choice` picks (module docstring)."""
+    if choice not in CPU_LINEARS:
+        raise ConfigError(f"cpu_linears must be one of {'|'.join(CPU_LINEARS)}, got {choice!r}")
+    return with_fastest_linears(module, row_counts) if choice == "auto" else module
 
 
 def load_target(directory: Path, device: str = "cpu", dtype: torch.dtype = torch.float32,
-                lm_head: str = DEFAULT_LM_HEAD) -> Target:
+                cpu_linears: str = DEFAULT_CPU_LINEARS) -> Target:
     directory = Path(directory)
     config, tokenizer = load_target_config(directory)  # CheckpointError when there is no config.json
     model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype).to(device).eval()
-    with_lm_head(model, lm_head, TARGET_HEAD_ROWS)
+    with_cpu_linears(model, cpu_linears, probed_rows())
     return Target(model=model, tokenizer=tokenizer, eos_token_ids=stop_token_ids(model, tokenizer), path=directory)
 
 
@@ -83,11 +87,12 @@ def drafter_dtype(choice: str, target_dtype: torch.dtype, device: torch.device) 
 
 
 def load_drafter_for(directory: Optional[Path], target: Target, dtype: str = DEFAULT_DRAFTER_DTYPE,
-                     lm_head: str = DEFAULT_LM_HEAD) -> Optional[Drafter]:
+                     cpu_linears: str = DEFAULT_CPU_LINEARS) -> Optional[Drafter]:
     """The drafter at `directory` checked against the target (None: no speculation), in the `dtype` choice."""
     if directory is None:
         return None
     parameter = next(target.model.parameters())  # a slim checkpoint copies the target's embedding / lm_head
     drafter = load_drafter(Path(directory), target.model.config, device=parameter.device, target_model=target.model,
                            dtype=drafter_dtype(dtype, parameter.dtype, parameter.device))
-    return with_lm_head(drafter, lm_head, (1, drafter.config.gamma))  # an Eagle3 step, a block
+    # an Eagle3 or Markov step (1 row) up to the features of a fully accepted block (gamma + 1 rows)
+    return with_cpu_linears(drafter, cpu_linears, probed_rows(drafter.config.gamma + 1))

@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 
 from dspark.kernels.warping import SamplingParams
-from dspark.models.decoding.loading import (DEFAULT_DRAFTER_DTYPE, DEFAULT_LM_HEAD, DRAFTER_DTYPES, LM_HEADS, Target,
-                                            load_drafter_for, load_target)
+from dspark.models.decoding.loading import (CPU_LINEARS, DEFAULT_CPU_LINEARS, DEFAULT_DRAFTER_DTYPE, DRAFTER_DTYPES,
+                                            Target, load_drafter_for, load_target)
 from dspark.models.decoding.settings import SPS_POLICIES
 from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sps
 from dspark.models.decoding.sts import load_sts
@@ -29,7 +29,7 @@ def add_model_args(parser: argparse.ArgumentParser, drafter_required: bool = Tru
         choice.add_argument("--no-spec", action="store_true", help="decode with the target alone")
     group.add_argument("--device", default="cpu", help="cpu or cuda")
     add_drafter_dtype_arg(group)
-    add_lm_head_arg(group)
+    add_cpu_linears_arg(group)
     add_threads_arg(group)
 
 
@@ -40,11 +40,11 @@ def add_drafter_dtype_arg(parser) -> None:
                              f"(default: {DEFAULT_DRAFTER_DTYPE})")
 
 
-def add_lm_head_arg(parser) -> None:
-    """--lm-head (models/decoding/loading.py): how the target's and drafter's vocabulary heads compute on CPU."""
-    parser.add_argument("--lm-head", choices=LM_HEADS, default=DEFAULT_LM_HEAD,
-                        help="auto: through oneDNN where a load-time probe measures it faster than PyTorch's default "
-                             f"on this CPU; default: PyTorch's (default: {DEFAULT_LM_HEAD})")
+def add_cpu_linears_arg(parser) -> None:
+    """--cpu-linears (models/decoding/loading.py): how the target's and drafter's float32 linears compute on CPU."""
+    parser.add_argument("--cpu-linears", choices=CPU_LINEARS, default=DEFAULT_CPU_LINEARS,
+                        help="auto: each shape and row count the way a load-time probe measures fastest on this CPU "
+                             f"(models/decoding/cpu_linears.py); default: PyTorch's (default: {DEFAULT_CPU_LINEARS})")
 
 
 def dtype_name(drafter) -> str:
@@ -88,9 +88,9 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
 def load_models(args: argparse.Namespace) -> tuple:
     """(target, drafter or None) after validating the paths; sets the thread count."""
     use_threads(args)
-    target: Target = load_target(args.target, args.device, lm_head=args.lm_head)
+    target: Target = load_target(args.target, args.device, cpu_linears=args.cpu_linears)
     return target, load_drafter_for(None if getattr(args, "no_spec", False) else args.drafter, target,
-                                    args.drafter_dtype, args.lm_head)
+                                    args.drafter_dtype, args.cpu_linears)
 
 
 def verify_policy(args: argparse.Namespace, drafter, target_model=None,

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from dspark.kernels.warping import GREEDY
-from dspark.models.decoding.cpu_head import head_backend
+from dspark.models.decoding.cpu_linears import linear_plans
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.acceptance import acceptance_summary
@@ -89,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "demo.json").write_text(json.dumps({
         "target": str(args.target), "drafter": str(args.drafter), "policy": policy.name, "drafting": args.drafting,
-        "drafter_dtype": dtype_name(drafter), "lm_heads": {"target": head_backend(target.model),
-                                                           "drafter": head_backend(drafter)},
+        "drafter_dtype": dtype_name(drafter), "cpu_linears": {"target": linear_plans(target.model),
+                                                              "drafter": linear_plans(drafter)},
         "tokens_per_s": speed,
         "speedup": speedup,
         "acceptance": summary, "answers": records}, indent=1) + "\n")

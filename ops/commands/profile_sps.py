@@ -14,7 +14,7 @@ from pathlib import Path
 from dspark.models.decoding.loading import load_target
 from dspark.models.decoding.sps_profile import DEFAULT_BATCH_TOKENS, profile_sps
 from dspark.models.evaluation.plots import plot_sps
-from dspark.ops.commands.decoding_args import add_lm_head_arg
+from dspark.ops.commands.decoding_args import add_cpu_linears_arg
 from dspark.ops.commands.threads import add_threads_arg, use_threads
 
 
@@ -30,14 +30,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    add_lm_head_arg(parser)
+    add_cpu_linears_arg(parser)
     add_threads_arg(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     use_threads(args)
-    target = load_target(args.target, args.device, lm_head=args.lm_head)
+    target = load_target(args.target, args.device, cpu_linears=args.cpu_linears)
     table, records = profile_sps(target.model, args.batch_tokens, tokens_per_request=args.tokens_per_request,
                                  context_len=args.context_len, warmup=args.warmup, repeats=args.repeats)
     args.out.parent.mkdir(parents=True, exist_ok=True)

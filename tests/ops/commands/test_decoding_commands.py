@@ -5,9 +5,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from dspark.kernels import onednn_linear
 from dspark.models.checkpoint import save_drafter
-from dspark.models.decoding import cpu_head
+from dspark.models.decoding import cpu_linears
 from dspark.models.drafters import DSpark, DrafterConfig
 from dspark.ops.cli import main
 from dspark.ops.commands import demo
@@ -139,15 +138,20 @@ def test_malformed_prompts_file_names_the_line(tmp_path, capsys):
     assert f"{bad}:2 needs a non-empty string" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("lm_head, backend", [("auto", "oneDNN"), ("default", "default")])
-def test_demo_answers_identically_and_reports_speedup(prompts_file, tmp_path, capsys, monkeypatch, lm_head, backend):
-    """... with either lm_head (auto: the probe made to prefer oneDNN, as on an AVX2 EPYC)."""
-    monkeypatch.setattr(cpu_head, "onednn_wins_up_to", lambda weight, rows: max(rows) * onednn_linear.available())
+@pytest.mark.parametrize("choice", ["auto", "default"])
+def test_demo_answers_identically_and_reports_speedup(prompts_file, tmp_path, capsys, monkeypatch, choice):
+    """... with either --cpu-linears (auto: the probe made to prefer weight-major products at a few rows)."""
+    monkeypatch.setattr(cpu_linears, "fastest_strategies",
+                        lambda weights, rows: {r: "weight-major" if r <= 8 else "default" for r in rows})
     assert main(["demo", *MODELS, "--drafter", str(EMBEDDED / "dspark"), "--prompts-file", str(prompts_file),
-                 "--max-new-tokens", "12", "--lm-head", lm_head, "--out", str(tmp_path)]) == 0
+                 "--max-new-tokens", "12", "--cpu-linears", choice, "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "demo.json").read_text())
-    if onednn_linear.available():
-        assert report["lm_heads"] == {"target": backend, "drafter": backend}
+    plans = report["cpu_linears"]
+    if choice == "default":
+        assert plans == {"target": {}, "drafter": {}}
+    else:  # every shape of both models probed, at the rows of one request's block
+        assert plans["target"] and plans["drafter"]
+        assert all(plan == "1-8:weight-major" for model in plans.values() for plan in model.values())
     assert len(report["answers"]) == len(PROMPTS) and all(a["identical_to_target"] for a in report["answers"])
     assert report["speedup"] > 0 and (tmp_path / "acceptance_by_position.png").exists()
     assert report["policy"] == "causal"  # verification lengths from the allocator on the SPS curve profiled at start
