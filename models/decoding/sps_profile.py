@@ -30,9 +30,10 @@ DEFAULT_BATCH_TOKENS = (1, 2, 4, 7, 8, 14, 16, 28, 32, 48, 64, 96, 128, 192, 256
 
 
 def probe_sizes(largest: int, tokens_per_request: int) -> list[int]:
-    """Powers of two up to `largest`, plus tokens_per_request (one full block) and `largest` itself."""
+    """Every size up to one full block (tokens_per_request: a single request's verify rounds, whose costs on a CPU
+    are not monotone in between), then powers of two up to `largest`, and `largest` itself."""
     return sorted({1 << i for i in range(largest.bit_length()) if 1 << i <= largest}
-                  | {min(tokens_per_request, largest), largest})
+                  | set(range(1, min(tokens_per_request, largest) + 1)) | {largest})
 
 
 def probe_shape(batch_tokens: int, tokens_per_request: int) -> torch.Tensor:

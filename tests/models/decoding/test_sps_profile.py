@@ -4,8 +4,7 @@ import json
 import pytest
 import torch
 
-from dspark.models.decoding.sps_profile import load_sps
-from dspark.models.decoding.sps_profile import probe_shape, profile_sps
+from dspark.models.decoding.sps_profile import load_sps, probe_shape, probe_sizes, profile_sps
 from dspark.models.errors import ConfigError
 from dspark.ops.cli import main
 from tests.paths import EMBEDDED_TARGET
@@ -59,3 +58,8 @@ def test_bad_probe_settings_are_named(embedded_target):
         profile_sps(embedded_target, (4, 4))
     with pytest.raises(ConfigError, match="repeats >= 1"):
         profile_sps(embedded_target, (4,), repeats=0)
+
+
+def test_probes_every_size_of_one_block_then_powers_of_two():
+    assert probe_sizes(28, 7) == [1, 2, 3, 4, 5, 6, 7, 8, 16, 28]
+    assert probe_sizes(4, 7) == [1, 2, 3, 4]
