@@ -6,24 +6,25 @@ forward and commits exactly one. The gate measures both online, as the engine ru
 
     tau_spec / seconds_spec  >=  1 / seconds_plain          (tokens per request per second)
 
-Every estimate is an exponential moving average of the rounds measured at one batch size (costs depend on it),
-kept per size for the decoder's lifetime (all its generate calls: one target, drafter and policy): under
-continuous batching the size moves by one as requests finish and join, and a size seen before is decided on what
-was measured there. A size not yet measured on both sides follows the nearest size that is; until some size is,
-the gate explores: a speculative round, then a plain one.
+Each side's estimate, at one batch size, is a ratio over its latest rounds holding WINDOW_REQUESTS request-rounds
+(a round of b requests counts b: it averages b requests' tokens), tokens committed per request over seconds:
 
-A round's tokens per request average its b requests, so it carries the evidence of b rounds of one request and
-weighs as much: the newest round gets weight 1 - (1 - SMOOTHING)^b (0.3 at batch 1, 0.94 at batch 8). At batch 1
-one short round (acceptance varies a lot from round to round) does not switch drafting off; at batch 8, when the
-easy first rounds of the replies give way to harder text, the gate stops drafting after one losing round instead
-of following a slow average for several (with weight 0.3 at every size that lag cost DSpark, every draft
-verified, 10% at batch 8).
+    rate = sum(tokens per request) / sum(seconds)        over the side's last ceil(WINDOW_REQUESTS / b) rounds
 
-Whichever side loses is re-measured after REPROBE_EVERY rounds, so a drafter that starts paying (easier text, a
-smaller batch) is picked up again, and a new size gets both sides. Each re-probe that leaves the verdict as it
-was doubles the wait, up to MAX_REPROBE_EVERY; a changed verdict starts again at REPROBE_EVERY. A re-probe of a
-losing drafter costs one speculative round (2-3 decode steps on a CPU), so a fixed interval of 16 would cost up
-to ~8%; the backoff keeps that to a few percent.
+so every decision rests on the same evidence at any batch size: 16 rounds at batch 1, where one request's tokens
+per round vary a lot (SmolLM2's DSpark drafter on the demo's prompts: 1 token in 62% of its rounds, 1.5 on
+average), and the latest 2 rounds at batch 8, so a batch whose replies turn hard stops drafting within two rounds.
+Estimates are kept per size for the decoder's lifetime (all its generate calls: one target, drafter and policy):
+under continuous batching the size moves by one as requests finish and join, and a size seen before is decided
+on what was measured there. A size not yet measured on both sides follows the nearest size that is; until some
+size is, the gate explores: PROBE_REQUESTS request-rounds of speculation, then as many plain.
+
+The losing side is re-measured after REPROBE_EVERY rounds, by a burst of ceil(PROBE_REQUESTS / b) rounds: a single
+round at batch 1 is too noisy to overturn a verdict (an exponential average with one round's weight 0.3 at batch 1
+left the demo decoding plainly in 229 of 287 rounds while its speculative rounds were 1.22x faster). Each re-probe
+that leaves the verdict as it was doubles the wait, up to MAX_REPROBE_EVERY; a changed verdict starts again at
+REPROBE_EVERY. A re-probe of a losing drafter costs a few speculative rounds (2-3 decode steps each on a CPU), so a
+fixed interval of 16 would cost up to ~8%; the backoff keeps that to a few percent.
 
 Skipping drafting changes how many tokens a round commits, never which: a plain round verifies the anchor alone,
 which is ordinary decoding from the target (greedy identity and the sampled distribution hold either way).
@@ -36,32 +37,38 @@ The mode is the `drafting` setting (settings.py: its one definition).
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
 from dspark.models.decoding.settings import DRAFTING_MODES
 from dspark.models.errors import ConfigError
 
-SMOOTHING = 0.3
+WINDOW_REQUESTS = 16
+PROBE_REQUESTS = 4
 REPROBE_EVERY = 16
 MAX_REPROBE_EVERY = 256
 
 
+def rounds_for(requests: int, batch_size: int) -> int:
+    """Rounds of batch_size requests that hold `requests` request-rounds (at least one)."""
+    return max(1, -(-requests // batch_size))
+
+
 @dataclass
 class Measured:
-    """EWMA of one kind of round at one batch size."""
-    seconds: Optional[float] = None
-    tokens_per_request: Optional[float] = None
+    """The latest rounds of one kind at one batch size: (seconds, tokens per request) each."""
+    rounds: deque = field(default_factory=deque)
 
-    def add(self, seconds: float, tokens_per_request: float, weight: float) -> None:
-        if self.seconds is None:
-            self.seconds, self.tokens_per_request = seconds, tokens_per_request
-            return
-        self.seconds += weight * (seconds - self.seconds)
-        self.tokens_per_request += weight * (tokens_per_request - self.tokens_per_request)
+    def add(self, seconds: float, tokens_per_request: float, batch_size: int) -> None:
+        self.rounds.append((seconds, tokens_per_request))
+        while len(self.rounds) > rounds_for(WINDOW_REQUESTS, batch_size):
+            self.rounds.popleft()
 
     def rate(self) -> float:
-        return self.tokens_per_request / self.seconds if self.seconds else float("inf")
+        """Tokens per request per second over the window."""
+        seconds = sum(s for s, _ in self.rounds)
+        return sum(t for _, t in self.rounds) / seconds if seconds else float("inf")
 
 
 @dataclass
@@ -70,8 +77,9 @@ class Sides:
     spec: Measured = field(default_factory=Measured)
     plain: Measured = field(default_factory=Measured)
 
-    def known(self) -> bool:
-        return self.spec.seconds is not None and self.plain.seconds is not None
+    def known(self, batch_size: int) -> bool:
+        enough = rounds_for(PROBE_REQUESTS, batch_size)
+        return len(self.spec.rounds) >= enough and len(self.plain.rounds) >= enough
 
     def drafting_wins(self) -> bool:
         return self.spec.rate() >= self.plain.rate()
@@ -84,6 +92,7 @@ class DraftingGate:
     since_probe: int = 0  # rounds since the losing side was last measured
     probe_every: int = REPROBE_EVERY  # rounds between re-probes (doubles while the verdict holds)
     verdict: Optional[bool] = None  # whether drafting won, at the last decision
+    probing: int = 0  # rounds left in the current re-probe burst of the losing side
 
     def __post_init__(self) -> None:
         if self.mode not in DRAFTING_MODES:
@@ -93,21 +102,24 @@ class DraftingGate:
         """Whether the next round, of `batch_size` requests, drafts."""
         if self.mode != "auto":
             return self.mode == "always"
-        known = [size for size, sides in self.sizes.items() if sides.known()]
-        if not known:  # explore: speculative first, then plain
+        known = [size for size, sides in self.sizes.items() if sides.known(size)]
+        if not known:  # explore: speculative rounds first, then plain ones
             here = self.sizes.get(batch_size, Sides())
-            return here.spec.seconds is None
+            return len(here.spec.rounds) < rounds_for(PROBE_REQUESTS, batch_size)
         winner = self.sizes[min(known, key=lambda size: (abs(size - batch_size), size))].drafting_wins()
         if winner != self.verdict:
-            self.verdict, self.probe_every = winner, REPROBE_EVERY
+            self.verdict, self.probe_every, self.probing = winner, REPROBE_EVERY, 0
+        if self.probing:  # inside a re-probe burst of the losing side
+            self.probing -= 1
+            return not winner
         self.since_probe += 1
         if self.since_probe >= self.probe_every:
             self.since_probe, self.probe_every = 0, min(2 * self.probe_every, MAX_REPROBE_EVERY)
+            self.probing = rounds_for(PROBE_REQUESTS, batch_size) - 1
             return not winner
         return winner
 
     def observe(self, batch_size: int, drafted: bool, seconds: float, tokens_per_request: float) -> None:
         """A finished round of `batch_size` requests: its wall time and tokens committed per request."""
         sides = self.sizes.setdefault(batch_size, Sides())
-        weight = 1 - (1 - SMOOTHING) ** batch_size  # the round averages batch_size requests (module docstring)
-        (sides.spec if drafted else sides.plain).add(seconds, tokens_per_request, weight)
+        (sides.spec if drafted else sides.plain).add(seconds, tokens_per_request, batch_size)

@@ -8,7 +8,8 @@ import torch
 
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding import drafting_gate
-from dspark.models.decoding.drafting_gate import MAX_REPROBE_EVERY, REPROBE_EVERY, DraftingGate
+from dspark.models.decoding.drafting_gate import (MAX_REPROBE_EVERY, PROBE_REQUESTS, REPROBE_EVERY, WINDOW_REQUESTS,
+                                                  DraftingGate, rounds_for)
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder, append_ragged
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
@@ -31,55 +32,77 @@ def choices(gate: DraftingGate, rounds: int, spec=(0.10, 2.0), plain=(0.04, 1.0)
     return made
 
 
-def probe_pattern(winner: bool, intervals) -> list[bool]:
-    """`winner` every round but the last of each interval, which re-probes the loser."""
-    return [x for n in intervals for x in [winner] * (n - 1) + [not winner]]
+def probe_pattern(winner: bool, intervals, burst: int = PROBE_REQUESTS) -> list[bool]:
+    """`winner` every round but the last of each interval, which starts a re-probe burst of the loser."""
+    made = []
+    for n in intervals:
+        made += [winner] * (n - 1) + [not winner] * burst
+    return made
 
 
 def test_the_gate_explores_both_then_drafts_only_while_speculation_is_faster():
-    # 2 tokens / 100 ms = 20 tok/s against 1 token / 40 ms = 25 tok/s: plain wins; drafting is re-probed after
-    # REPROBE_EVERY rounds, then after twice as many each time it still loses, up to MAX_REPROBE_EVERY
+    # 2 tokens / 100 ms = 20 tok/s against 1 token / 40 ms = 25 tok/s: plain wins; drafting is re-probed (a burst
+    # of PROBE_REQUESTS rounds at batch 1) after REPROBE_EVERY rounds, then after twice as many each time it still
+    # loses, up to MAX_REPROBE_EVERY
     intervals = [REPROBE_EVERY * 2 ** i for i in range(6)]
     assert intervals[-1] > MAX_REPROBE_EVERY
     intervals[-1] = MAX_REPROBE_EVERY
-    made = choices(DraftingGate("auto"), 2 + sum(intervals))
-    assert made[:2] == [True, False]
-    assert made[2:] == probe_pattern(False, intervals)
+    explore = [True] * PROBE_REQUESTS + [False] * PROBE_REQUESTS
+    pattern = probe_pattern(False, intervals)
+    made = choices(DraftingGate("auto"), len(explore) + len(pattern))
+    assert made == explore + pattern
     # 4 tokens / 100 ms = 40 tok/s: drafting wins, and plain decoding is re-measured the same way
-    made = choices(DraftingGate("auto"), 2 + 3 * REPROBE_EVERY, spec=(0.10, 4.0))
-    assert made[2:] == probe_pattern(True, [REPROBE_EVERY, 2 * REPROBE_EVERY])
+    pattern = probe_pattern(True, [REPROBE_EVERY, 2 * REPROBE_EVERY])
+    made = choices(DraftingGate("auto"), len(explore) + len(pattern), spec=(0.10, 4.0))
+    assert made == explore + pattern
     assert all(choices(DraftingGate("always"), 20)) and not any(choices(DraftingGate("never"), 20))
 
 
 def test_a_changed_verdict_restarts_the_probe_interval():
     gate = DraftingGate("auto")
-    choices(gate, 2 + REPROBE_EVERY + 2 * REPROBE_EVERY)  # plain wins; the interval is now 4 * REPROBE_EVERY
-    assert gate.probe_every == 4 * REPROBE_EVERY and gate.verdict is False
-    choices(gate, 4 * REPROBE_EVERY + 1, spec=(0.01, 4.0))  # drafting turns out far faster: its probe flips it
+    choices(gate, 2 * PROBE_REQUESTS + REPROBE_EVERY + 2 * REPROBE_EVERY + 2 * (PROBE_REQUESTS - 1))
+    assert gate.probe_every == 4 * REPROBE_EVERY and gate.verdict is False  # plain wins, re-probed twice
+    choices(gate, 4 * REPROBE_EVERY + PROBE_REQUESTS, spec=(0.01, 4.0))  # drafting turns out far faster
     assert gate.verdict and gate.probe_every <= 2 * REPROBE_EVERY
 
 
 def test_batch_sizes_keep_their_own_measurements_and_a_new_one_follows_the_nearest():
     gate = DraftingGate("auto")
-    choices(gate, 5, batch_size=1)  # at 1: plain wins (25 against 20 tok/s)
+    choices(gate, 2 * PROBE_REQUESTS + 1, batch_size=1)  # at 1: plain wins (25 against 20 tok/s)
     # at 8 drafting would win, but 8 is unmeasured: it follows 1 (plain) until its re-probe measures drafting
-    made = choices(gate, REPROBE_EVERY, spec=(0.10, 4.0), batch_size=8)
-    assert not made[0] and gate.sizes[8].spec.seconds is not None and gate.sizes[8].plain.seconds is not None
+    made = choices(gate, REPROBE_EVERY + 2, spec=(0.10, 4.0), batch_size=8)
+    assert not made[0] and gate.sizes[8].known(8)
     assert made[-3:] == [True] * 3  # once both sides are measured at 8, 8 drafts
     assert choices(gate, 3, batch_size=1) == [False] * 3  # and size 1 kept its own verdict
     assert choices(gate, 3, batch_size=7) == [True] * 3  # 7 follows its nearest measured size, 8
 
 
-@pytest.mark.parametrize("batch_size, stops", [(1, False), (8, True)])
-def test_one_losing_round_stops_drafting_at_batch_8_but_not_at_batch_1(batch_size, stops):
-    # drafting wins (3 tokens / 100 ms = 30 tok/s against 25), then one speculative round commits 1.5 tokens per
-    # request (15 tok/s): at batch 1 that is one request's bad luck, at batch 8 the average of eight
+@pytest.mark.parametrize("batch_size, bad_rounds_to_stop", [(8, 1), (1, 5)])
+def test_a_bad_round_weighs_by_the_requests_it_averages(batch_size, bad_rounds_to_stop):
+    # drafting wins (3 tokens / 100 ms = 30 tok/s against 25); then speculative rounds commit 1.25 tokens per
+    # request. At batch 8 a round averages 8 requests and the window holds 2 rounds: one bad round stops drafting.
+    # At batch 1 the window holds 16 rounds of one request each: it takes 5 bad ones.
     gate = DraftingGate("auto")
-    assert choices(gate, 4, spec=(0.10, 3.0), batch_size=batch_size)[2:] == [True, True]
-    gate.observe(batch_size, True, 0.10, 1.5)
-    assert gate.drafts(batch_size) is not stops
-    assert gate.sizes[batch_size].spec.tokens_per_request == pytest.approx(
-        3.0 - (1 - (1 - drafting_gate.SMOOTHING) ** batch_size) * 1.5)
+    choices(gate, 2 * PROBE_REQUESTS + 16, spec=(0.10, 3.0), batch_size=batch_size)
+    assert gate.verdict is True
+    gate.since_probe = gate.probing = 0  # no re-probe of plain decoding among the rounds below
+    for _ in range(bad_rounds_to_stop):
+        assert gate.drafts(batch_size)
+        gate.observe(batch_size, True, 0.10, 1.25)
+    assert gate.drafts(batch_size) is False
+    assert len(gate.sizes[batch_size].spec.rounds) == rounds_for(WINDOW_REQUESTS, batch_size)
+
+
+def test_a_noisy_drafter_that_pays_on_average_keeps_drafting_at_batch_1():
+    # one request's rounds commit 1 token 60% of the time and 2.25 otherwise: 1.5 tokens in 60 ms (25 tok/s)
+    # against plain rounds of 1 token in 48 ms (20.8 tok/s). The gate must draft most rounds.
+    gate, tokens = DraftingGate("auto"), itertools.cycle([1, 2.25, 1, 1, 2.25])
+    made = []
+    for _ in range(300):
+        drafted = gate.drafts(1)
+        gate.observe(1, drafted, 0.060 if drafted else 0.048, next(tokens) if drafted else 1.0)
+        made.append(drafted)
+    assert sum(made) > 0.9 * len(made)
 
 
 def test_an_unknown_mode_is_refused_by_name(embedded_target):
@@ -145,4 +168,4 @@ def test_a_warm_up_leaves_the_gate_with_both_kinds_of_round_measured_at_its_batc
     # already knows both sides at that batch size instead of paying its exploration rounds
     decoder = SpeculativeDecoder(embedded_target, embedded_drafters["dspark"], drafting="auto")
     warm_up([decoder], prompts[:2], GenerationConfig(max_new_tokens=64))
-    assert decoder.gate.sizes[2].known()
+    assert decoder.gate.sizes[2].known(2)
