@@ -9,6 +9,10 @@ measures fastest at the row counts decoding sends (cpu_linears.py): the same pro
 for decoding and for the target-alone baseline alike (`--cpu-linears auto`, the default). `--cpu-linears
 default` keeps PyTorch's path, and the SGLang plugin profiles SGLang's own model that way.
 
+A drafter with a draft vocabulary (`draft_vocab.json` beside its weights; models/drafters/draft_vocab.py) drafts
+only among those tokens (`--draft-vocab auto`, the default; `full` ignores the file): verification stays exact,
+and the drafting pass's vocabulary products shrink with it.
+
 The drafter's dtype is free: it only proposes. Greedy verification keeps the target's argmax whatever was
 proposed, and sampled verification reads q from the very logits the drafts were drawn from (DraftBlock.probs,
 warping.probs casts them to float32 either way), so a bfloat16 drafter beside a float32 target is as lossless as a
@@ -30,6 +34,7 @@ from transformers import AutoModelForCausalLM
 from dspark.models.checkpoint import load_drafter
 from dspark.models.decoding.cpu_linears import with_fastest_linears
 from dspark.models.drafters.base import Drafter
+from dspark.models.drafters.draft_vocab import load_draft_vocab
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.datasets import stop_token_ids
 from dspark.models.training.run import load_target_config
@@ -86,13 +91,24 @@ def drafter_dtype(choice: str, target_dtype: torch.dtype, device: torch.device) 
     return torch.bfloat16 if target_dtype == torch.float32 and native_cpu_bf16 else target_dtype
 
 
+DRAFT_VOCABS = ("auto", "full")  # auto: the drafter's draft_vocab.json when it has one; full: every token
+DEFAULT_DRAFT_VOCAB = "auto"
+
+
 def load_drafter_for(directory: Optional[Path], target: Target, dtype: str = DEFAULT_DRAFTER_DTYPE,
-                     cpu_linears: str = DEFAULT_CPU_LINEARS) -> Optional[Drafter]:
-    """The drafter at `directory` checked against the target (None: no speculation), in the `dtype` choice."""
+                     cpu_linears: str = DEFAULT_CPU_LINEARS, draft_vocab: str = DEFAULT_DRAFT_VOCAB
+                     ) -> Optional[Drafter]:
+    """The drafter at `directory` checked against the target (None: no speculation), in the `dtype` choice,
+    drafting over its draft vocabulary as `draft_vocab` picks (module docstring)."""
+    if draft_vocab not in DRAFT_VOCABS:
+        raise ConfigError(f"draft_vocab must be one of {'|'.join(DRAFT_VOCABS)}, got {draft_vocab!r}")
     if directory is None:
         return None
     parameter = next(target.model.parameters())  # a slim checkpoint copies the target's embedding / lm_head
     drafter = load_drafter(Path(directory), target.model.config, device=parameter.device, target_model=target.model,
                            dtype=drafter_dtype(dtype, parameter.dtype, parameter.device))
+    token_ids = load_draft_vocab(Path(directory), drafter.config.vocab_size) if draft_vocab == "auto" else None
+    if token_ids is not None:
+        drafter.restrict_vocabulary(token_ids)
     # an Eagle3 or Markov step (1 row) up to the features of a fully accepted block (gamma + 1 rows)
     return with_cpu_linears(drafter, cpu_linears, probed_rows(drafter.config.gamma + 1))

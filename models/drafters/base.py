@@ -31,6 +31,7 @@ from torch import nn
 from dspark.kernels import warping
 from dspark.kernels.warping import GREEDY, SamplingParams
 from dspark.models.drafters.config import DrafterConfig
+from dspark.models.drafters.draft_vocab import DraftVocab
 from dspark.models.drafters.layers import RaggedKVCache
 
 
@@ -43,13 +44,15 @@ class TrainOutput:
 @dataclass(frozen=True)
 class DraftBlock:
     tokens: torch.Tensor  # [bs, gamma] long: the drafted tokens d_1..d_gamma
-    logits: torch.Tensor  # [bs, gamma, vocab]: d_k was drawn from warping.probs(logits[:, k-1], sampling)
+    logits: torch.Tensor  # [bs, gamma, vocab or V']: d_k was drawn from warping.probs(logits[:, k-1], sampling)
     confidence_logits: Optional[torch.Tensor]  # [bs, gamma] c_k before the sigmoid; None without a head
     sampling: SamplingParams
+    vocab: Optional[DraftVocab] = None  # logits cover only these V' tokens (draft_vocab.py); None: all
 
     def probs(self) -> torch.Tensor:
         """The draft distribution q the tokens were drawn from (one-hot when greedy). -> [bs, gamma, vocab]"""
-        return warping.probs(self.logits, self.sampling)
+        probs = warping.probs(self.logits, self.sampling)
+        return probs if self.vocab is None else self.vocab.full_probs(probs)
 
     def confidence(self, sts_temperatures: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
         """sigma(c_k / t_k), the estimate of P(d_k accepted | d_<k accepted). -> [bs, gamma] float32, or None.
@@ -89,6 +92,7 @@ class Drafter(nn.Module, ABC):
         # The target's, never trained (DEEPSPEC_REFERENCE §1.2); `from_target` or a checkpoint fills them.
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size).requires_grad_(False)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False).requires_grad_(False)
+        self.draft_vocab: Optional[DraftVocab] = None  # drafting proposes only these tokens (restrict_vocabulary)
 
     @classmethod
     def from_target(cls, target_model: nn.Module, config: DrafterConfig) -> "Drafter":
@@ -110,6 +114,20 @@ class Drafter(nn.Module, ABC):
     @property
     def dtype(self) -> torch.dtype:
         return self.lm_head.weight.dtype
+
+    def restrict_vocabulary(self, token_ids: torch.Tensor) -> None:
+        """Draft only among token_ids ([V'] sorted distinct long) from now on (draft_vocab.py). Training and the
+        lm_head itself are unchanged: the restricted heads are copies of its rows (and of the Markov W2 rows)."""
+        markov = getattr(self, "markov_head", None)
+        self.draft_vocab = DraftVocab(token_ids, self.lm_head, None if markov is None else markov.markov_w2.weight)
+
+    def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Drafting's vocabulary logits of normed hidden rows [..., d] -> [..., vocab], or [..., V'] restricted."""
+        return (self.lm_head if self.draft_vocab is None else self.draft_vocab.head)(hidden)
+
+    def drafted_token(self, index: torch.Tensor) -> torch.Tensor:
+        """The token ids of indices into draft_logits' last dimension."""
+        return index if self.draft_vocab is None else self.draft_vocab.token_ids[index]
 
     @abstractmethod
     def cache_layers(self) -> int:

@@ -184,15 +184,16 @@ class BlockDrafter(Drafter):
         tokens, logits = self.draw(hidden, anchor, sampling, generator)
         prev_tokens = torch.cat([anchor.unsqueeze(1), tokens[:, :-1]], dim=1)
         confidence = self.confidence_logits(hidden, prev_tokens)
-        return DraftBlock(tokens=tokens, logits=logits, confidence_logits=confidence, sampling=sampling)
+        return DraftBlock(tokens=tokens, logits=logits, confidence_logits=confidence, sampling=sampling,
+                          vocab=self.draft_vocab)
 
     def draw(self, hidden: torch.Tensor, anchor: torch.Tensor, sampling: SamplingParams,
              generator: Optional[torch.Generator]) -> Tuple[torch.Tensor, torch.Tensor]:
         """Sample gamma tokens left to right. hidden: [bs, gamma, d] -> tokens [bs, gamma], logits [bs, gamma, vocab]."""
-        base = self.lm_head(hidden)
+        base = self.draft_logits(hidden)
         if self.markov_head is not None:
-            return self.markov_head.sample_block(base, hidden, anchor, sampling, generator)
-        tokens = [warping.sample(base[:, k], sampling, generator) for k in range(base.shape[1])]
+            return self.markov_head.sample_block(base, hidden, anchor, sampling, generator, self.draft_vocab)
+        tokens = [self.drafted_token(warping.sample(base[:, k], sampling, generator)) for k in range(base.shape[1])]
         return torch.stack(tokens, dim=1), base
 
 

@@ -145,7 +145,8 @@ class Eagle3(Drafter):
         state.committed = state.committed + context_lengths
         hidden = out[rows, context_lengths - 1]  # [bs, d]
         tokens, logits = self.chain(state, hidden, sampling, generator)
-        return DraftBlock(tokens=tokens, logits=logits, confidence_logits=None, sampling=sampling)
+        return DraftBlock(tokens=tokens, logits=logits, confidence_logits=None, sampling=sampling,
+                          vocab=self.draft_vocab)
 
     def chain(self, state: DraftState, hidden: torch.Tensor, sampling: SamplingParams,
               generator: Optional[torch.Generator]) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -153,8 +154,8 @@ class Eagle3(Drafter):
         ones = torch.ones(hidden.shape[0], dtype=torch.long, device=hidden.device)
         tokens, logits = [], []
         for k in range(self.config.gamma):
-            step_logits = self.logits(hidden)
-            token = warping.sample(step_logits, sampling, generator)
+            step_logits = self.draft_logits(self.norm(hidden))
+            token = self.drafted_token(warping.sample(step_logits, sampling, generator))
             tokens.append(token)
             logits.append(step_logits)
             if k + 1 < self.config.gamma:

@@ -21,6 +21,7 @@ from torch import nn
 
 from dspark.kernels.markov import markov_sample_step
 from dspark.kernels.warping import SamplingParams
+from dspark.models.drafters.draft_vocab import DraftVocab
 
 
 class MarkovHead(nn.Module, ABC):
@@ -67,18 +68,22 @@ class MarkovHead(nn.Module, ABC):
         return base_logits + torch.stack(biases, dim=-2)
 
     def sample_block(self, base_logits: torch.Tensor, hidden: torch.Tensor, anchor: torch.Tensor,
-                     sampling: SamplingParams, generator: Optional[torch.Generator]) -> Tuple[torch.Tensor, torch.Tensor]:
+                     sampling: SamplingParams, generator: Optional[torch.Generator],
+                     vocab: Optional[DraftVocab] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """Draft left to right, each token feeding the next position's bias.
 
-        base_logits: [bs, gamma, vocab]; hidden: [bs, gamma, hidden]; anchor: [bs] long.
-        Returns tokens [bs, gamma] long and the corrected logits [bs, gamma, vocab] they were drawn from.
+        base_logits: [bs, gamma, vocab] (or [bs, gamma, V'] over the draft vocabulary `vocab`, whose W2 rows
+        then give the bias); hidden: [bs, gamma, hidden]; anchor: [bs] long.
+        Returns tokens [bs, gamma] long and the corrected logits [bs, gamma, vocab or V'] they were drawn from.
         """
+        w2 = self.markov_w2.weight if vocab is None else vocab.markov_w2
         state = self.initial_state(hidden[:, 0])
         prev = anchor
         tokens, logits = [], []
         for k in range(base_logits.shape[1]):
             code, state = self.step_code(prev, hidden[:, k], state)
-            prev, step_logits = markov_sample_step(base_logits[:, k], code, self.markov_w2.weight, sampling, generator)
+            index, step_logits = markov_sample_step(base_logits[:, k], code, w2, sampling, generator)
+            prev = index if vocab is None else vocab.token_ids[index]
             tokens.append(prev)
             logits.append(step_logits)
         return torch.stack(tokens, dim=1), torch.stack(logits, dim=1)

@@ -32,6 +32,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from dspark.models.checkpoint import save_drafter
 from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
+from dspark.models.drafters.draft_vocab import most_frequent, save_draft_vocab
 from dspark.models.embedded_target.corpus import Corpus, is_held_out, load_corpus
 from dspark.models.errors import CheckpointError, ConfigError
 from dspark.models.evaluation.datasets import read_turns
@@ -175,6 +176,17 @@ def chat_documents(texts: list[str], tokenizer, held_out_percent: int, split: st
     return [torch.tensor(encode(t), dtype=torch.long) for t in chosen]
 
 
+def write_draft_vocab(job: TrainJob, dataset: TokenDataset, vocab_size: int) -> Path:
+    """draft_vocab.json in the export directory: the job.draft_vocab_size most frequent tokens the loss reads."""
+    trained = dataset.input_ids[dataset.loss_mask]
+    token_ids, coverage = most_frequent(trained, vocab_size, job.draft_vocab_size)
+    generation = "under bf16 autocast" if job.train.bf16 else "in float32"
+    source = (f"the {len(token_ids)} most frequent of the {trained.numel()} trained tokens of `dspark train`'s data "
+              f"({len(dataset)} samples, {job.data.source} source, seed {job.data.seed}, generated {generation})")
+    job.out_dir.mkdir(parents=True, exist_ok=True)
+    return save_draft_vocab(job.out_dir, token_ids, source, trained.numel(), coverage)
+
+
 def export_drafter(drafter: Drafter, out_dir: Path, dtype: torch.dtype, frozen: bool = True) -> Path:
     """Save a copy of the drafter in `dtype` (the training copy stays fp32); frozen=False: a slim checkpoint."""
     return save_drafter(copy.deepcopy(drafter).to(dtype), out_dir, frozen=frozen)
@@ -288,6 +300,8 @@ class TrainJob:
     builtin_prompts: int | None = None  # chat source: how many built-in prompts too (None: all without a file, else 0)
     feature_cache_dir: Path | None = None  # cache the target's outputs here once; None: a target forward per step
     init_from_target: bool = False  # start from the target's top layers (target_init.py), not a random init
+    draft_vocab_size: int = 8192  # draft_vocab.json: this many of the trained tokens, the most frequent
+    only_draft_vocab: bool = False  # write draft_vocab.json from the data and stop (a drafter trained before)
     command: str = ""
 
 
@@ -338,6 +352,10 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     train_key = {**key, "generation_autocast": "bfloat16"} if job.train.bf16 else key
     with bf16_autocast(job.train.bf16, dist.device):
         dataset = cached_dataset(documents("train"), job.data, target, eos_id, train_key, job.data_cache_dir, dist)
+    if dist.is_main:
+        vocab_path = write_draft_vocab(job, dataset, target_config.vocab_size)
+    if job.only_draft_vocab:
+        return {"draft_vocab": str(vocab_path)} if dist.is_main else None
     features = None
     if job.feature_cache_dir is not None:
         features = cached_target_features(target, dataset, config.target_layer_ids, train_key, job.feature_cache_dir,

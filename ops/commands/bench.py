@@ -48,7 +48,8 @@ from dspark.models.evaluation.datasets import encode_chat, load_prompts  # noqa:
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, save  # noqa: E402
 from dspark.models.evaluation.run import EvalSettings, evaluate, warm_up  # noqa: E402
 from dspark.ops.commands.decoding_args import (add_drafter_dtype_arg, add_drafting_arg,  # noqa: E402
-                                              add_cpu_linears_arg, dtype_name, startup_sps)
+                                              add_cpu_linears_arg, add_draft_vocab_arg, draft_vocab_size,
+                                              dtype_name, startup_sps)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -68,6 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_drafting_arg(parser)  # the speed runs; tau is measured drafting every round
     add_drafter_dtype_arg(parser)
     add_cpu_linears_arg(parser)
+    add_draft_vocab_arg(parser)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, required=True)
@@ -93,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     datasets = {name: load_prompts(path, args.prompts) for name, path in pairs(args.datasets, "--datasets").items()}
     torch.set_num_threads(args.threads)
     target = load_target(args.target, cpu_linears=args.cpu_linears)
-    drafters = {kind: load_drafter_for(path, target, args.drafter_dtype, args.cpu_linears)
+    drafters = {kind: load_drafter_for(path, target, args.drafter_dtype, args.cpu_linears, args.draft_vocab)
                 for kind, path in drafter_paths.items()}
     encoded = {name: [encode_chat(target.tokenizer, t) for t in texts] for name, texts in datasets.items()}
     report = {"target": args.name or args.target.name, "settings": {
@@ -102,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         "speed_prompts": args.speed_prompts, "speed_tokens": args.speed_tokens, "batch_sizes": args.batch_sizes,
         "speed_repeats": args.speed_repeats,
         "drafting": args.drafting, "drafter_dtype": dtype_name(next(iter(drafters.values()))),
+        "draft_vocab_sizes": {kind: draft_vocab_size(d) for kind, d in drafters.items()},
         "cpu_linears": {"target": linear_plans(target.model), **{k: linear_plans(d) for k, d in drafters.items()}},
         "threads": args.threads},
         "tau": tau_phase(target, drafters, encoded, args), "speed": None}

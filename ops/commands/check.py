@@ -15,6 +15,7 @@ from pathlib import Path
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from dspark.models.checkpoint import architecture, load_drafter, stores_frozen_weights
+from dspark.models.drafters.draft_vocab import DRAFT_VOCAB_FILE, load_draft_vocab
 from dspark.models.errors import CheckpointError
 
 
@@ -45,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.drafter}: {cfg.kind} drafter ({architecture(cfg)}), fits target {args.target}")
     print(f"  gamma {cfg.gamma}, layers {cfg.num_hidden_layers}, target_layer_ids {list(cfg.target_layer_ids)}, "
           f"mask_token_id {cfg.mask_token_id}")
+    token_ids = load_draft_vocab(args.drafter, cfg.vocab_size)
+    if token_ids is not None:
+        print(f"  draft vocabulary: {len(token_ids)} of {cfg.vocab_size} tokens ({DRAFT_VOCAB_FILE})")
     if cfg.markov_rank:
         print(f"  markov head {cfg.markov_head_type} rank {cfg.markov_rank}, "
               f"confidence head {'on' if cfg.enable_confidence_head else 'off'}")

@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 
 from dspark.kernels.warping import SamplingParams
-from dspark.models.decoding.loading import (CPU_LINEARS, DEFAULT_CPU_LINEARS, DEFAULT_DRAFTER_DTYPE, DRAFTER_DTYPES,
-                                            Target, load_drafter_for, load_target)
+from dspark.models.decoding.loading import (CPU_LINEARS, DEFAULT_CPU_LINEARS, DEFAULT_DRAFT_VOCAB, DEFAULT_DRAFTER_DTYPE,
+                                            DRAFT_VOCABS, DRAFTER_DTYPES, Target, load_drafter_for, load_target)
 from dspark.models.decoding.settings import SPS_POLICIES
 from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sps
 from dspark.models.decoding.sts import load_sts
@@ -29,6 +29,7 @@ def add_model_args(parser: argparse.ArgumentParser, drafter_required: bool = Tru
         choice.add_argument("--no-spec", action="store_true", help="decode with the target alone")
     group.add_argument("--device", default="cpu", help="cpu or cuda")
     add_drafter_dtype_arg(group)
+    add_draft_vocab_arg(group)
     add_cpu_linears_arg(group)
     add_threads_arg(group)
 
@@ -38,6 +39,13 @@ def add_drafter_dtype_arg(parser) -> None:
     parser.add_argument("--drafter-dtype", choices=tuple(DRAFTER_DTYPES), default=DEFAULT_DRAFTER_DTYPE,
                         help="auto: bfloat16 beside a float32 target on a CPU with native bf16, else the target's "
                              f"(default: {DEFAULT_DRAFTER_DTYPE})")
+
+
+def add_draft_vocab_arg(parser) -> None:
+    """--draft-vocab (models/decoding/loading.py): whether the drafter drafts over its draft vocabulary."""
+    parser.add_argument("--draft-vocab", choices=DRAFT_VOCABS, default=DEFAULT_DRAFT_VOCAB,
+                        help="auto: only the tokens of the drafter's draft_vocab.json when it has one (lossless; "
+                             f"models/drafters/draft_vocab.py); full: every token (default: {DEFAULT_DRAFT_VOCAB})")
 
 
 def add_cpu_linears_arg(parser) -> None:
@@ -50,6 +58,11 @@ def add_cpu_linears_arg(parser) -> None:
 def dtype_name(drafter) -> str:
     """The drafter's compute dtype as reports record it: 'bfloat16'."""
     return str(drafter.dtype).removeprefix("torch.")
+
+
+def draft_vocab_size(drafter) -> int:
+    """How many tokens the drafter drafts among, as reports record it (its draft vocabulary, or every token)."""
+    return drafter.config.vocab_size if drafter.draft_vocab is None else len(drafter.draft_vocab.token_ids)
 
 
 def add_sampling_args(parser: argparse.ArgumentParser, temperature: float, max_new_tokens: int) -> None:
@@ -90,7 +103,7 @@ def load_models(args: argparse.Namespace) -> tuple:
     use_threads(args)
     target: Target = load_target(args.target, args.device, cpu_linears=args.cpu_linears)
     return target, load_drafter_for(None if getattr(args, "no_spec", False) else args.drafter, target,
-                                    args.drafter_dtype, args.cpu_linears)
+                                    args.drafter_dtype, args.cpu_linears, args.draft_vocab)
 
 
 def verify_policy(args: argparse.Namespace, drafter, target_model=None,

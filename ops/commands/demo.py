@@ -27,7 +27,8 @@ from dspark.models.evaluation.acceptance import acceptance_summary
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance
 from dspark.models.evaluation.run import warm_up
-from dspark.ops.commands.decoding_args import add_model_args, add_verify_args, dtype_name, load_models, verify_policy
+from dspark.ops.commands.decoding_args import (add_model_args, add_verify_args, draft_vocab_size, dtype_name, load_models,
+                                              verify_policy)
 
 DEMO_PROMPTS = (
     "A bakery sells muffins for $3 each and cookies for $1.50 each. Sam buys 4 muffins and 6 cookies. "
@@ -89,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "demo.json").write_text(json.dumps({
         "target": str(args.target), "drafter": str(args.drafter), "policy": policy.name, "drafting": args.drafting,
-        "drafter_dtype": dtype_name(drafter), "cpu_linears": {"target": linear_plans(target.model),
-                                                              "drafter": linear_plans(drafter)},
+        "drafter_dtype": dtype_name(drafter), "draft_vocab_size": draft_vocab_size(drafter),
+        "cpu_linears": {"target": linear_plans(target.model), "drafter": linear_plans(drafter)},
         "tokens_per_s": speed,
         "speedup": speedup,
         "acceptance": summary, "answers": records}, indent=1) + "\n")

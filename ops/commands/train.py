@@ -49,6 +49,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "the target's; load_drafter takes them from target_model)")
     io.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available; torchrun: cuda:LOCAL_RANK)")
     io.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    io.add_argument("--draft-vocab-size", type=int, default=8192,
+                    help="tokens in the exported draft_vocab.json: the most frequent the loss reads "
+                         "(models/drafters/draft_vocab.py)")
+    io.add_argument("--only-draft-vocab", action="store_true",
+                    help="write <out>/draft_vocab.json from this recipe's data and stop (for a drafter trained before)")
 
     d = parser.add_argument_group("drafter")
     d.add_argument("--block-size", type=int, default=7, help="gamma: draft tokens per round (Eagle3: TTT steps)")
@@ -144,6 +149,8 @@ def dist_context(device: str | None) -> DistContext:
 def build_job(args: argparse.Namespace) -> TrainJob:
     if args.threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    if args.draft_vocab_size < 1:
+        raise ConfigError(f"--draft-vocab-size must be >= 1, got {args.draft_vocab_size}")
     if args.eval_samples < 0:
         raise ConfigError(f"--eval-samples must be >= 0, got {args.eval_samples}")
     if args.prompts_file is not None and args.data_source != "chat":
@@ -179,6 +186,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
         resume=args.resume, mask_token_id=args.mask_token_id, prompts_file=args.prompts_file,
         builtin_prompts=args.builtin_prompts,
         feature_cache_dir=args.feature_cache, init_from_target=args.init_from_target,
+        draft_vocab_size=args.draft_vocab_size, only_draft_vocab=args.only_draft_vocab,
         command=reproduce_command(args._parser, args),
     )
 
@@ -196,7 +204,9 @@ def handle(args: argparse.Namespace) -> int:
     finally:
         if dist.world_size > 1:
             torch.distributed.destroy_process_group()
-    if info is not None:
+    if info is not None and job.only_draft_vocab:
+        print(f"wrote {info['draft_vocab']}")
+    elif info is not None:
         losses = ", ".join(f"{k} {v:.4f}" for k, v in info["final_terms"].items() if k not in ("step", "wall_s", "lr"))
         tau = f"; held-out greedy tau {info['held_out']['tau']:.3f}" if info["held_out"] else ""
         minutes = info["wall_s"] / 60

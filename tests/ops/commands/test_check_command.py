@@ -39,6 +39,17 @@ def test_check_names_every_mismatch_with_another_target(saved, tmp_path, capsys)
     assert "target_layer_ids contains 2, outside the target's layers 0..1" in err
 
 
+def test_check_describes_and_validates_a_draft_vocabulary(saved, tmp_path, capsys):
+    copy = tmp_path / "drafter"
+    shutil.copytree(saved / "drafter", copy)
+    (copy / "draft_vocab.json").write_text('{"token_ids": [1, 5, 9]}')
+    assert main(["check", str(copy), "--target", str(saved / "target")]) == 0
+    assert "draft vocabulary: 3 of" in capsys.readouterr().out
+    (copy / "draft_vocab.json").write_text('{"token_ids": [9, 5]}')
+    assert main(["check", str(copy), "--target", str(saved / "target")]) == 2
+    assert "draft_vocab.json: token_ids must be sorted, distinct" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("broken", ["config.json", "model.safetensors"])
 def test_check_reports_a_malformed_checkpoint(saved, tmp_path, capsys, broken):
     copy = tmp_path / "drafter"

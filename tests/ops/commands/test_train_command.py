@@ -6,6 +6,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from dspark.models.checkpoint import load_drafter
+from dspark.models.drafters.draft_vocab import load_draft_vocab
 from dspark.models.embedded_target.tokenizer import MASK_TOKEN_ID, save_tokenizer, train_tokenizer
 from dspark.models.errors import CheckpointError
 from dspark.ops.cli import main
@@ -59,6 +60,19 @@ def test_train_exports_a_loadable_drafter_with_card(drafter, tiny_setup, capsys)
     assert "wrote" in capsys.readouterr().out
     cached = sorted(path.name for path in (root / "cache").iterdir())
     assert any(name.endswith(".pt") for name in cached) and not any("partial" in name for name in cached), cached
+    vocab = json.loads((out / "draft_vocab.json").read_text())
+    assert 0 < len(vocab["token_ids"]) <= loaded.config.vocab_size and vocab["coverage"] == 1.0
+    assert load_draft_vocab(out, loaded.config.vocab_size).tolist() == vocab["token_ids"]
+
+
+def test_only_draft_vocab_writes_the_most_frequent_trained_tokens_and_trains_nothing(tiny_setup, capsys):
+    root, target_dir, lib = tiny_setup
+    out = root / "out_vocab"
+    assert main(_args(root, target_dir, lib, "dspark", out, "--only-draft-vocab", "--draft-vocab-size", "5")) == 0
+    assert sorted(path.name for path in out.iterdir()) == ["draft_vocab.json"]
+    vocab = json.loads((out / "draft_vocab.json").read_text())
+    assert len(vocab["token_ids"]) == 5 and 0 < vocab["coverage"] < 1 and "5 most frequent" in vocab["source"]
+    assert f"wrote {out / 'draft_vocab.json'}" in capsys.readouterr().out
 
 
 def test_resume_picks_up_the_latest_checkpoint(tiny_setup):
@@ -77,6 +91,7 @@ def test_resume_picks_up_the_latest_checkpoint(tiny_setup):
         (["--target-layer-ids", "0", "2"], "final layer 2"),
         (["--top-p", "0"], "top_p"),
         (["--steps", "0"], "steps must be >= 1"),
+        (["--draft-vocab-size", "0"], "--draft-vocab-size must be >= 1"),
     ],
 )
 def test_bad_input_is_one_clear_line(extra, message, tiny_setup, capsys):
