@@ -60,13 +60,15 @@ def probed_on_cpu(linear: nn.Module) -> bool:
             and linear.weight.dtype == torch.float32)
 
 
-def with_fastest_linears(model: nn.Module, row_counts: Sequence[int]) -> nn.Module:
+def with_fastest_linears(model: nn.Module, row_counts: Sequence[int], skip: Sequence[nn.Module] = ()) -> nn.Module:
     """`model` with each float32 CPU nn.Linear swapped for a ProbedLinear where its shape's group measured another
-    strategy faster at some of row_counts (module docstring). Returns the model (changed in place)."""
+    strategy faster at some of row_counts (module docstring); the linears in `skip` (ones decoding never calls)
+    are neither timed nor packed. Returns the model (changed in place)."""
+    skipped = {id(linear) for linear in skip}
     groups = defaultdict(list)  # (out, in) -> [(parent, attribute name, linear)]
     for parent in list(model.modules()):
         for name, child in parent._modules.items():  # every name, also a second name of a shared module
-            if probed_on_cpu(child):
+            if probed_on_cpu(child) and id(child) not in skipped:
                 groups[tuple(child.weight.shape)].append((parent, name, child))
     for members in groups.values():
         distinct = list({id(linear): linear for _, _, linear in members}.values())  # a shared head, once

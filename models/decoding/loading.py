@@ -61,11 +61,11 @@ def probed_rows(block: int = 8) -> tuple:
     return tuple(range(1, max(block, 8) + 1))
 
 
-def with_cpu_linears(module: torch.nn.Module, choice: str, row_counts) -> torch.nn.Module:
-    """`module` with its linears as `choice` picks (module docstring)."""
+def with_cpu_linears(module: torch.nn.Module, choice: str, row_counts, skip=()) -> torch.nn.Module:
+    """`module` with its linears (but those in `skip`) as `choice` picks (module docstring)."""
     if choice not in CPU_LINEARS:
         raise ConfigError(f"cpu_linears must be one of {'|'.join(CPU_LINEARS)}, got {choice!r}")
-    return with_fastest_linears(module, row_counts) if choice == "auto" else module
+    return with_fastest_linears(module, row_counts, skip) if choice == "auto" else module
 
 
 def load_target(directory: Path, device: str = "cpu", dtype: torch.dtype = torch.float32,
@@ -110,5 +110,7 @@ def load_drafter_for(directory: Optional[Path], target: Target, dtype: str = DEF
     token_ids = load_draft_vocab(Path(directory), drafter.config.vocab_size) if draft_vocab == "auto" else None
     if token_ids is not None:
         drafter.restrict_vocabulary(token_ids)
-    # an Eagle3 or Markov step (1 row) up to the features of a fully accepted block (gamma + 1 rows)
-    return with_cpu_linears(drafter, cpu_linears, probed_rows(drafter.config.gamma + 1))
+    # an Eagle3 or Markov step (1 row) up to the features of a fully accepted block (gamma + 1 rows); the
+    # full-vocabulary heads a draft vocabulary replaces are not probed (their oneDNN copy alone would be 113 MB)
+    return with_cpu_linears(drafter, cpu_linears, probed_rows(drafter.config.gamma + 1),
+                            skip=drafter.heads_replaced_by_draft_vocab())

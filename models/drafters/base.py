@@ -121,6 +121,14 @@ class Drafter(nn.Module, ABC):
         markov = getattr(self, "markov_head", None)
         self.draft_vocab = DraftVocab(token_ids, self.lm_head, None if markov is None else markov.markov_w2.weight)
 
+    def heads_replaced_by_draft_vocab(self) -> tuple:
+        """The full-vocabulary linears drafting no longer calls once restrict_vocabulary ran (none before): the
+        lm_head and the Markov W2, whose draft-vocabulary rows DraftVocab holds."""
+        if self.draft_vocab is None:
+            return ()
+        markov = getattr(self, "markov_head", None)
+        return (self.lm_head,) if markov is None else (self.lm_head, markov.markov_w2)
+
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Drafting's vocabulary logits of normed hidden rows [..., d] -> [..., vocab], or [..., V'] restricted."""
         return (self.lm_head if self.draft_vocab is None else self.draft_vocab.head)(hidden)

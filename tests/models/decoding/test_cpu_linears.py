@@ -40,6 +40,17 @@ def test_swaps_every_linear_of_a_group_where_another_strategy_wins(monkeypatch):
                                    "40x16 (2)": "1-2:weight-major 3-8:default"}
 
 
+def test_skipped_linears_are_neither_timed_nor_swapped(monkeypatch):
+    timed = []
+    monkeypatch.setattr(cpu_linears, "fastest_strategies",
+                        lambda weights, rows: timed.extend(weights) or {r: "weight-major" for r in rows})
+    model = nn.Sequential(Block(), Block())
+    with_fastest_linears(model, (1, 2), skip=[model[1].up])
+    assert type(model[1].up) is nn.Linear and isinstance(model[0].up, ProbedLinear)
+    assert all(weight is not model[1].up.weight for weight in timed)
+    assert linear_plans(model) == {"16x40 (2)": "1-2:weight-major", "40x16 (1)": "1-2:weight-major"}
+
+
 def test_keeps_pytorchs_linear_where_it_wins_everywhere(monkeypatch):
     model = Block()
     prefer(monkeypatch, lambda rows: "default")

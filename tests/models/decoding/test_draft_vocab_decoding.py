@@ -6,8 +6,11 @@ import shutil
 
 import pytest
 import torch
+from torch import nn
 
 from dspark.kernels.warping import SamplingParams
+from dspark.models.decoding import cpu_linears
+from dspark.models.decoding.cpu_linears import ProbedLinear
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.decoding.loading import load_drafter_for, load_target
@@ -80,3 +83,17 @@ def test_loading_drafts_over_the_vocabulary_beside_the_drafter_unless_told_full(
     (drafter_dir / DRAFT_VOCAB_FILE).write_text('{"token_ids": [7, 3]}')
     with pytest.raises(CheckpointError, match="must be sorted, distinct"):
         load_drafter_for(drafter_dir, target)
+
+
+def test_the_heads_a_draft_vocabulary_replaces_are_not_probed(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_linears, "fastest_strategies", lambda weights, rows: {r: "weight-major" for r in rows})
+    drafter_dir = tmp_path / "dspark"
+    shutil.copytree(EMBEDDED / "dspark", drafter_dir)
+    target = load_target(EMBEDDED_TARGET, cpu_linears="default")
+    full = load_drafter_for(drafter_dir, target, "float32", cpu_linears="auto")
+    assert isinstance(full.lm_head, ProbedLinear) and isinstance(full.markov_head.markov_w2, ProbedLinear)
+    save_draft_vocab(drafter_dir, torch.tensor([3, 7, 11]), "a test", counted_tokens=3, coverage=1.0)
+    restricted = load_drafter_for(drafter_dir, target, "float32", cpu_linears="auto")
+    assert type(restricted.lm_head) is nn.Linear and type(restricted.markov_head.markov_w2) is nn.Linear
+    assert isinstance(restricted.draft_vocab.head, ProbedLinear)
+    assert any(isinstance(module, ProbedLinear) for module in restricted.layers.modules())
