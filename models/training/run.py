@@ -43,6 +43,7 @@ from dspark.models.training.feature_cache import (CachedFeatures, compute_featur
                                                   save_features)
 from dspark.models.training.losses import DFLASH_LOSS, DSPARK_LOSS
 from dspark.models.training.tasks import BlockTask, Eagle3Task, TrainTask
+from dspark.models.training.drafter_init import check_same_drafter, init_from_drafter
 from dspark.models.training.target_init import init_from_target
 from dspark.models.training.trainer import LOG_FILE, DistContext, TrainConfig, Trainer, bf16_autocast
 
@@ -238,6 +239,8 @@ def _levers(info: dict) -> str:
     features = ("the target's outputs computed once and cached (--feature-cache)" if info.get("feature_cache")
                 else "a target forward per micro-batch")
     start = "the target's top layers (--init-from-target)" if info.get("init_from_target") else "a random init"
+    if info.get("init_from_drafter"):
+        start = f"the trained drafter {info['init_from_drafter']} (--init-from-drafter)"
     compute = "bf16 autocast (--bf16)" if info.get("bf16") else "fp32"
     return f"target outputs: {features}; started from {start}; compute: {compute}."
 
@@ -300,6 +303,7 @@ class TrainJob:
     builtin_prompts: int | None = None  # chat source: how many built-in prompts too (None: all without a file, else 0)
     feature_cache_dir: Path | None = None  # cache the target's outputs here once; None: a target forward per step
     init_from_target: bool = False  # start from the target's top layers (target_init.py), not a random init
+    init_from_drafter: Path | None = None  # start from this trained drafter's weights (drafter_init.py)
     draft_vocab_size: int = 8192  # draft_vocab.json: this many of the trained tokens, the most frequent
     only_draft_vocab: bool = False  # write draft_vocab.json from the data and stop (a drafter trained before)
     command: str = ""
@@ -340,6 +344,8 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     target_config, tokenizer = load_target_config(job.target_dir)
     mask_id = job.mask_token_id if job.mask_token_id is not None else tokenizer.mask_token_id
     config = drafter_config(job.spec, target_config, mask_id)
+    if job.init_from_drafter is not None:
+        check_same_drafter(job.init_from_drafter, config, target_config)
     corpus = load_corpus(job.stdlib_root, job.held_out_percent)
     target = load_target(job.target_dir, dist.device)
     fingerprint = target_fingerprint(job.target_dir)
@@ -364,6 +370,8 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     drafter = DRAFTER_CLASSES[config.kind].from_target(target, config).to(dist.device)
     if job.init_from_target:
         init_from_target(drafter, target)
+    if job.init_from_drafter is not None:
+        init_from_drafter(drafter, job.init_from_drafter, target)
     task = build_task(config, job.spec.n_anchors)
     trainer = Trainer(drafter, target, dataset, task, job.train, job.work_dir, dist, features=features)
     if job.resume:
@@ -388,6 +396,7 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         "world_size": dist.world_size, "save_dtype": job.save_dtype, "slim": job.slim, "held_out": held_out,
         "command": job.command, "feature_cache": job.feature_cache_dir is not None,
         "init_from_target": job.init_from_target, "bf16": job.train.bf16,
+        "init_from_drafter": None if job.init_from_drafter is None else str(job.init_from_drafter),
         "trainable_params": sum(p.numel() for p in drafter.parameters() if p.requires_grad),
     }
     job.out_dir.mkdir(parents=True, exist_ok=True)

@@ -71,6 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="start the draft layers from the target's top layers and fc from a pass-through of the "
                         "deepest tapped layer (default: off, a random init)")
 
+    d.add_argument("--init-from-drafter", type=Path, default=None, metavar="DIR",
+                   help="start from this trained drafter of the same architecture: fine-tune it on this job's data")
+
     data = parser.add_argument_group("data")
     data.add_argument("--data-source", choices=SOURCES, default="generations",
                       help="generations: the target continues stdlib windows; corpus: the windows themselves; "
@@ -162,6 +165,10 @@ def build_job(args: argparse.Namespace) -> TrainJob:
     if args.builtin_prompts is not None and (args.builtin_prompts < 0 or
                                              (args.builtin_prompts == 0 and args.prompts_file is None)):
         raise ConfigError(f"--builtin-prompts must be >= 1, or 0 with a --prompts-file; got {args.builtin_prompts}")
+    if args.init_from_drafter is not None and args.init_from_target:
+        raise ConfigError("--init-from-drafter and --init-from-target are two starting points: give one")
+    if args.init_from_drafter is not None and not args.init_from_drafter.is_dir():
+        raise ConfigError(f"--init-from-drafter {args.init_from_drafter} is not a drafter directory")
     spec = DrafterSpec(
         kind=args.drafter, block_size=args.block_size, num_layers=args.num_layers,
         target_layer_ids=tuple(args.target_layer_ids) if args.target_layer_ids else None,
@@ -186,6 +193,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
         resume=args.resume, mask_token_id=args.mask_token_id, prompts_file=args.prompts_file,
         builtin_prompts=args.builtin_prompts,
         feature_cache_dir=args.feature_cache, init_from_target=args.init_from_target,
+        init_from_drafter=args.init_from_drafter,
         draft_vocab_size=args.draft_vocab_size, only_draft_vocab=args.only_draft_vocab,
         command=reproduce_command(args._parser, args),
     )

@@ -1,10 +1,15 @@
-"""`dspark train` speed and init levers on a tiny target: --feature-cache, --init-from-target, --bf16."""
+"""`dspark train` speed and init levers on a tiny target: --feature-cache, --init-from-target, --init-from-drafter,
+--bf16."""
 import json
 
 import pytest
+import torch
 
 from test_train_command import _args, tiny_setup  # noqa: F401  (the module fixture: a tiny target and corpus)
 
+from transformers import AutoConfig
+
+from dspark.models.checkpoint import load_drafter
 from dspark.ops.cli import main
 from dspark.ops.commands import train as train_command
 
@@ -41,3 +46,28 @@ def test_init_from_target_and_bf16_are_recorded_in_the_card(tiny_setup, tmp_path
     assert json.loads(data_key.read_text())["generation_autocast"] == "bfloat16", "bf16 data has its own cache key"
     warned = "no native bf16" in capsys.readouterr().err
     assert warned is not native
+
+
+def test_init_from_drafter_fine_tunes_a_trained_drafter_and_refuses_another(tiny_setup, tmp_path, capsys):  # noqa: F811
+    root, target_dir, lib = tiny_setup
+    trained, tuned, fresh = tmp_path / "trained", tmp_path / "tuned", tmp_path / "fresh"
+    assert main(_args(root, target_dir, lib, "dspark", trained, "--eval-samples", "0", "--save-dtype", "float32")) == 0
+    almost_no_step = ("--eval-samples", "0", "--save-dtype", "float32", "--steps", "1", "--lr", "1e-9", "--seed", "7")
+    assert main(_args(root, target_dir, lib, "dspark", tuned, "--init-from-drafter", str(trained),
+                      *almost_no_step)) == 0
+    assert main(_args(root, target_dir, lib, "dspark", fresh, *almost_no_step)) == 0
+    start, after, scratch = (load_weights(path, target_dir) for path in (trained, tuned, fresh))
+    assert all(torch.allclose(after[name], start[name], atol=1e-6) for name in start), "fine-tuning starts there"
+    assert not all(torch.allclose(scratch[name], start[name], atol=1e-6) for name in start)
+    assert f"the trained drafter {trained} (--init-from-drafter)" in (tuned / "README.md").read_text()
+    assert main(_args(root, target_dir, lib, "dspark", tmp_path / "other", "--init-from-drafter", str(trained),
+                      "--eval-samples", "0", "--block-size", "4")) == 2
+    assert (f"--init-from-drafter {trained} is another drafter than this job trains: block_size 3 (this job: 4)"
+            in capsys.readouterr().err)
+    assert main(_args(root, target_dir, lib, "dspark", tmp_path / "both", "--init-from-drafter", str(trained),
+                      "--init-from-target")) == 2
+    assert "two starting points" in capsys.readouterr().err
+
+
+def load_weights(drafter_dir, target_dir) -> dict:
+    return load_drafter(drafter_dir, AutoConfig.from_pretrained(str(target_dir))).state_dict()

@@ -1,0 +1,36 @@
+"""Start a drafter from a trained one of the same architecture (`dspark train --init-from-drafter DIR`).
+
+Fine-tuning: a drafter trained on one prompt distribution meets another in use (templated training prompts,
+real users' questions). Training it further on the target's replies to the new prompts costs a fraction of the
+steps training from the target's top layers takes. The trained drafter must match the job's drafter exactly
+(kind, sizes, tapped layers, heads); a mismatch is refused naming the settings that differ.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from dspark.models.checkpoint import load_drafter, read_drafter_config
+from dspark.models.drafters import Drafter, DrafterConfig
+from dspark.models.errors import ConfigError
+
+
+def check_same_drafter(directory: Path, config: DrafterConfig, target_config) -> None:
+    """Refuse a checkpoint at `directory` whose drafter is not the one `config` describes (cheap: reads its config
+    only, so a job fails before it generates any data)."""
+    ours, theirs = asdict(config), asdict(read_drafter_config(directory, target_config))
+    differing = sorted(key for key in ours.keys() | theirs.keys() if ours.get(key) != theirs.get(key))
+    if differing:
+        details = ", ".join(f"{key} {theirs.get(key)!r} (this job: {ours.get(key)!r})" for key in differing)
+        raise ConfigError(f"--init-from-drafter {directory} is another drafter than this job trains: {details}")
+
+
+@torch.no_grad()
+def init_from_drafter(drafter: Drafter, directory: Path, target: nn.Module) -> None:
+    """Copy the weights of the drafter checkpoint at `directory` (checked against `target`) into `drafter`."""
+    check_same_drafter(directory, drafter.config, target.config)
+    trained = load_drafter(directory, target.config, target_model=target, device=drafter.device)
+    drafter.load_state_dict(trained.state_dict())
