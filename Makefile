@@ -160,6 +160,21 @@ smollm2-long-drafters: setup
 	$(DSPARK) train $(SMOLLM2_LONG) --drafter eagle3 --num-layers 1 \
 		--out embedded/smollm2-eagle3-long --work-dir $(DSPARK_CACHE)/train-work/smollm2-eagle3-long
 
+# The longer recipe's DSpark drafter fine-tuned to users' questions: SmolLM2 writes 1920 user turns itself
+# (`dspark self-chat`, models/training/self_chat.py; float32, seed 0), answers 1600 of them (T 0.7), and the
+# drafter trains on those replies from its own weights (--init-from-drafter), in float32 (no native bf16 here).
+# Wall time on the 2 cores: prompts 25 min, replies 16 min, features 5 min, training 37 min (its card).
+SMOLLM2_SELF_CHAT := $(DSPARK_CACHE)/self-chat/smollm2-1920.jsonl
+$(SMOLLM2_SELF_CHAT):
+	$(DSPARK) self-chat --target $(SMOLLM2) --count 1920 --seed 0 --threads 2 --out $@
+SMOLLM2_CHAT := $(filter-out --bf16 --init-from-target,$(SMOLLM2_TRAIN)) --prompts-file $(SMOLLM2_SELF_CHAT) \
+	--builtin-prompts 0 --num-samples 1600 --n-anchors 48 --steps 500 --lr 5e-4 --threads 2 \
+	--init-from-drafter embedded/smollm2-dspark-long
+.PHONY: smollm2-chat-drafter
+smollm2-chat-drafter: setup $(SMOLLM2_SELF_CHAT)
+	$(DSPARK) train $(SMOLLM2_CHAT) $(SMOLLM2_DSPARK) \
+		--out embedded/smollm2-dspark-chat --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-chat
+
 # The draft vocabulary beside every SmolLM2 drafter (draft_vocab.json; models/drafters/draft_vocab.py): the 8192
 # most frequent tokens of the target's float32 replies to the longer recipe's 2880 training prompts (generated once
 # and cached: ~30 min on the 2 cores without native bf16, where the recipe's own bf16 replies would take hours). A

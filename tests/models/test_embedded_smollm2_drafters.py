@@ -1,5 +1,6 @@
 """The committed SmolLM2 drafters are slim and fit the provided target: two equal-budget trios, 1000 steps
-(embedded/smollm2-{dspark,dflash,eagle3}) and the longer recipe (embedded/smollm2-{dspark,dflash,eagle3}-long).
+(embedded/smollm2-{dspark,dflash,eagle3}) and the longer recipe (embedded/smollm2-{dspark,dflash,eagle3}-long),
+and the longer recipe's DSpark fine-tuned on self-chat prompts (embedded/smollm2-dspark-chat).
 
 The files are checked everywhere (slim, cards, each trio's same data and budget); loading them and proposing a block
 needs the SmolLM2 directory `make setup` provides, and is skipped, with the reason, where it is missing.
@@ -22,7 +23,9 @@ from tests.paths import EMBEDDED
 
 KINDS = ("dspark", "dflash", "eagle3")
 EQUAL_BUDGET_TRIOS = {"1000 steps": KINDS, "longer recipe": tuple(f"{kind}-long" for kind in KINDS)}
+FINE_TUNED = {"dspark-chat": ("dspark", "embedded/smollm2-dspark-long")}  # dir suffix -> (kind, started from)
 DRAFTERS = {name: kind for trio in EQUAL_BUDGET_TRIOS.values() for name, kind in zip(trio, KINDS)}  # dir suffix -> kind
+DRAFTERS.update({name: kind for name, (kind, _) in FINE_TUNED.items()})
 SMOLLM2 = target_dir(cache_root())
 MAX_COMMITTED_MB = 40
 
@@ -45,6 +48,14 @@ def test_smollm2_trio_shares_data_and_budget(trio):
     jobs = {name: json.loads((_dir(name) / "train_log.json").read_text())["job"] for name in names}
     for field in ("target_sha256", "data_summary", "samples", "seq_len", "trained_tokens", "steps"):
         assert len({json.dumps(job[field]) for job in jobs.values()}) == 1, field
+
+
+@pytest.mark.parametrize("name", FINE_TUNED)
+def test_a_fine_tuned_drafter_records_where_it_started(name):
+    job = json.loads((_dir(name) / "train_log.json").read_text())["job"]
+    started_from = FINE_TUNED[name][1]
+    assert job["init_from_drafter"] == started_from and not job["init_from_target"]
+    assert f"the trained drafter {started_from} (--init-from-drafter)" in (_dir(name) / "README.md").read_text()
 
 
 @pytest.mark.parametrize("name", DRAFTERS)
