@@ -30,7 +30,7 @@ def check_same_drafter(directory: Path, config: DrafterConfig, target_config) ->
 
 @torch.no_grad()
 def init_from_drafter(drafter: Drafter, directory: Path, target: nn.Module) -> None:
-    """Copy the weights of the drafter checkpoint at `directory` (checked against `target`) into `drafter`."""
-    check_same_drafter(directory, drafter.config, target.config)
+    """Copy the weights of the drafter checkpoint at `directory` into `drafter` (the caller has run
+    check_same_drafter on it first, before the job's data was generated)."""
     trained = load_drafter(directory, target.config, target_model=target, device=drafter.device)
     drafter.load_state_dict(trained.state_dict())

@@ -238,9 +238,12 @@ def _levers(info: dict) -> str:
     """How the steps were computed and where the drafter started (card line)."""
     features = ("the target's outputs computed once and cached (--feature-cache)" if info.get("feature_cache")
                 else "a target forward per micro-batch")
-    start = "the target's top layers (--init-from-target)" if info.get("init_from_target") else "a random init"
     if info.get("init_from_drafter"):
         start = f"the trained drafter {info['init_from_drafter']} (--init-from-drafter)"
+    elif info.get("init_from_target"):
+        start = "the target's top layers (--init-from-target)"
+    else:
+        start = "a random init"
     compute = "bf16 autocast (--bf16)" if info.get("bf16") else "fp32"
     return f"target outputs: {features}; started from {start}; compute: {compute}."
 
