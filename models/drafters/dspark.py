@@ -20,6 +20,7 @@ Module and parameter names equal SGLang 0.5.23's checkpoint names (fc, hidden_no
 from typing import List, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dspark.kernels import warping
@@ -124,10 +125,12 @@ class BlockDrafter(Drafter):
             h = layer(h, cos, sin, layer_context, visible)
         return self.norm(h).view(bs, n_blocks, slots, -1)[:, :, slots - gamma:]
 
-    def corrected_logits(self, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
-        # hidden: [..., gamma, hidden]; prev_tokens: [..., gamma] (anchor first) -> [..., gamma, vocab]
-        base = self.lm_head(hidden)
-        return base if self.markov_head is None else self.markov_head.block_logits(base, hidden, prev_tokens)
+    def corrected_logits(self, hidden: torch.Tensor, prev_tokens: torch.Tensor,
+                         vocab_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        # hidden: [..., gamma, hidden]; prev_tokens: [..., gamma] (anchor first) -> [..., gamma, vocab], or
+        # [..., gamma, V'] over the tokens vocab_ids [V']
+        base = self.lm_head(hidden) if vocab_ids is None else F.linear(hidden, self.lm_head.weight[vocab_ids])
+        return base if self.markov_head is None else self.markov_head.block_logits(base, hidden, prev_tokens, vocab_ids)
 
     def confidence_logits(self, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> Optional[torch.Tensor]:
         # hidden: [..., gamma, hidden]; prev_tokens: [..., gamma] -> [..., gamma] or None without a head
@@ -139,11 +142,12 @@ class BlockDrafter(Drafter):
     # --- training ---
 
     def forward_train(self, target_hidden: torch.Tensor, input_ids: torch.Tensor, anchors: torch.Tensor,
-                      block_keep: torch.Tensor) -> TrainOutput:
+                      block_keep: torch.Tensor, vocab_ids: Optional[torch.Tensor] = None) -> TrainOutput:
         """Teacher-forced draft logits for every sampled block of every sequence.
 
         target_hidden: [bs, seq, n_taps*hidden]; input_ids: [bs, seq] long; anchors: [bs, n_anchors] long in
-        [0, seq - 1]; block_keep: [bs, n_anchors] bool. Slot k of block j predicts x_{p_j+k+1} and its Markov
+        [0, seq - 1]; block_keep: [bs, n_anchors] bool; vocab_ids: [V'] sorted token ids the logits are
+        restricted to (a draft vocabulary), None for all. Slot k of block j predicts x_{p_j+k+1} and its Markov
         prev token is x_{p_j+k} (labels past the end repeat the last token; mask them in the loss).
         """
         bs, seq = input_ids.shape
@@ -157,7 +161,7 @@ class BlockDrafter(Drafter):
         offsets = torch.arange(gamma + 1, device=anchors.device)
         window = torch.gather(input_ids, 1, (anchors.unsqueeze(-1) + offsets).clamp(max=seq - 1).flatten(1))
         prev_tokens = window.view(bs, -1, gamma + 1)[..., :gamma]  # x_p .. x_{p+gamma-1}
-        return TrainOutput(draft_logits=self.corrected_logits(hidden, prev_tokens),
+        return TrainOutput(draft_logits=self.corrected_logits(hidden, prev_tokens, vocab_ids),
                            confidence_logits=self.confidence_logits(hidden, prev_tokens))
 
     # --- drafting ---

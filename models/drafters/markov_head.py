@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from typing import Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dspark.kernels.markov import markov_sample_step
@@ -51,21 +52,24 @@ class MarkovHead(nn.Module, ABC):
         code, state = self.step_code(prev_tokens, hidden, state)
         return self.markov_w2(code), state
 
-    def block_logits(self, base_logits: torch.Tensor, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
+    def block_logits(self, base_logits: torch.Tensor, hidden: torch.Tensor, prev_tokens: torch.Tensor,
+                     vocab_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Teacher-forced correction of a whole block.
 
-        base_logits: [..., gamma, vocab]; hidden: [..., gamma, hidden]; prev_tokens: [..., gamma] long
-        (prev_tokens[..., 0] is the anchor). Returns [..., gamma, vocab].
+        base_logits: [..., gamma, vocab] (or [..., gamma, V'] over the tokens vocab_ids [V'], whose W2 rows then
+        give the bias); hidden: [..., gamma, hidden]; prev_tokens: [..., gamma] long (prev_tokens[..., 0] is the
+        anchor). Returns [..., gamma, vocab or V'].
         """
+        w2 = self.markov_w2.weight if vocab_ids is None else self.markov_w2.weight[vocab_ids]
         if not self.stateful:  # every position is independent given its prev token: one batched call
-            bias, _ = self.step_bias(prev_tokens, hidden, None)
-            return base_logits + bias
+            code, _ = self.step_code(prev_tokens, hidden, None)
+            return base_logits + F.linear(code, w2)
         state = self.initial_state(hidden[..., 0, :])
-        biases = []
+        codes = []
         for k in range(prev_tokens.shape[-1]):
-            bias, state = self.step_bias(prev_tokens[..., k], hidden[..., k, :], state)
-            biases.append(bias)
-        return base_logits + torch.stack(biases, dim=-2)
+            code, state = self.step_code(prev_tokens[..., k], hidden[..., k, :], state)
+            codes.append(code)
+        return base_logits + F.linear(torch.stack(codes, dim=-2), w2)
 
     def sample_block(self, base_logits: torch.Tensor, hidden: torch.Tensor, anchor: torch.Tensor,
                      sampling: SamplingParams, generator: Optional[torch.Generator],

@@ -36,9 +36,12 @@ def replies_dataset(generations: Sequence[Generation]) -> TokenDataset:
 
 def teacher_forced_acceptance(target: torch.nn.Module, drafter: Drafter, prompts: Sequence[List[int]],
                               max_new_tokens: int, eos_token_ids: tuple, batch_size: int = 4) -> AcceptanceReport:
-    """The drafter's teacher-forced greedy acceptance on the target's greedy replies to `prompts`."""
+    """The drafter's teacher-forced greedy acceptance on the target's greedy replies to `prompts`, drafting among
+    its draft vocabulary when it has one (as decoding does)."""
     config = GenerationConfig(max_new_tokens, GREEDY, eos_token_ids)
     plain = SpeculativeDecoder(target)
     replies = [g for start in range(0, len(prompts), batch_size)
                for g in plain.generate(prompts[start:start + batch_size], config)]
-    return greedy_acceptance(drafter, target, replies_dataset(replies), drafter.config.target_layer_ids, batch_size)
+    vocab_ids = None if drafter.draft_vocab is None else drafter.draft_vocab.token_ids
+    return greedy_acceptance(drafter, target, replies_dataset(replies), drafter.config.target_layer_ids, batch_size,
+                             vocab_ids)

@@ -48,21 +48,24 @@ def full_block_anchors(loss_mask: torch.Tensor, gamma: int) -> torch.Tensor:
     return ok
 
 
-def _block_matches(drafter, batch: TokenDataset, hidden, greedy, anchor_ok, gamma) -> torch.Tensor:
+def _block_matches(drafter, batch: TokenDataset, hidden, greedy, anchor_ok, gamma, vocab_ids) -> torch.Tensor:
     """[n_blocks, gamma] bool: draft k of each valid anchor equals the target's argmax at p+k."""
     n_max = int(anchor_ok.sum(1).max())
     order = torch.sort(anchor_ok.int(), dim=1, descending=True, stable=True).indices[:, :n_max]
     keep = torch.gather(anchor_ok, 1, order)
     anchors = torch.where(keep, order, torch.zeros_like(order))
-    out = drafter.forward_train(hidden, batch.input_ids, anchors, keep)
+    out = drafter.forward_train(hidden, batch.input_ids, anchors, keep, vocab_ids)
     draft = out.draft_logits.argmax(-1)  # [bs, n, gamma]
+    if vocab_ids is not None:
+        draft = vocab_ids[draft]
     positions = (anchors.unsqueeze(-1) + torch.arange(gamma, device=anchors.device)).flatten(1)
     expected = torch.gather(greedy, 1, positions).view_as(draft)
     return (draft == expected)[keep]
 
 
-def _chain_matches(drafter, batch: TokenDataset, hidden, greedy, anchor_ok, gamma) -> torch.Tensor:
-    """Eagle3: step k at t = p-1 predicts x_{p+k+1}; compare with the target's argmax at p+k."""
+def _chain_matches(drafter, batch: TokenDataset, hidden, greedy, anchor_ok, gamma, vocab_ids) -> torch.Tensor:
+    """Eagle3: step k at t = p-1 predicts x_{p+k+1}; compare with the target's argmax at p+k. Over the full
+    vocabulary (Eagle3 trains over it; vocab_ids is not read)."""
     logits = drafter.forward_train(hidden, batch.input_ids, batch.attention_mask, gamma)  # [gamma, bs, seq, vocab]
     draft = logits.argmax(-1).permute(1, 2, 0)  # [bs, seq(t), gamma]
     seq = greedy.shape[1]
@@ -80,8 +83,10 @@ def greedy_acceptance(
     dataset: TokenDataset,
     target_layer_ids: tuple[int, ...],
     batch_size: int = 4,
+    vocab_ids: torch.Tensor | None = None,
 ) -> AcceptanceReport:
-    """Teacher-forced greedy acceptance of `drafter` on `dataset` (module docstring)."""
+    """Teacher-forced greedy acceptance of `drafter` on `dataset` (module docstring); a block drafter drafts
+    among vocab_ids ([V'] sorted, its draft vocabulary) when given, as decoding with that vocabulary does."""
     gamma = drafter.config.gamma
     chain = drafter.config.kind == "eagle3"
     was_training = drafter.training
@@ -96,7 +101,7 @@ def greedy_acceptance(
             continue
         hidden = outputs.hidden.to(drafter.dtype)
         measure = _chain_matches if chain else _block_matches
-        matches.append(measure(drafter, batch, hidden, outputs.logits().argmax(-1), anchor_ok, gamma))
+        matches.append(measure(drafter, batch, hidden, outputs.logits().argmax(-1), anchor_ok, gamma, vocab_ids))
     drafter.train(was_training)
     if not matches:
         raise ValueError("greedy_acceptance: no sample has a full block inside its response; use longer responses")

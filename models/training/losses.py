@@ -15,6 +15,16 @@ fp32, the target's own next-token distribution at position p+k:
     L_conf = Σ w_k · BCEWithLogits(conf_logit_k, c*_k)       / (Σ w_k + 1e-6)   soft label (Eq. 11)
     L      = α_ce·L_ce + α_tv·L_tv + α_conf·L_conf          DSpark (0.1, 0.9, 1.0); DFlash (1, 0, 0)
 
+Draft vocabulary (`dspark train --loss-over-draft-vocab`). Drafting over a draft vocabulary V' (draft_vocab.py)
+proposes from q = softmax of the logits over V' only. Training that drafter over V' scores exactly that q, at a
+fraction of the full-vocabulary cost (the lm_head and W2 products, their backward and the softmaxes are V'/V of
+it). The L1 stays the full one, since q is 0 outside V':
+
+    ‖q − p_t‖₁ = Σ_{v∈V'} |q_v − p_t(v)| + Σ_{v∉V'} p_t(v)        p_t normalised over the full vocabulary
+
+so c* is still the acceptance rate verification will see. A slot whose label lies outside V' has no CE term (q
+cannot propose it) but keeps its TV and confidence terms.
+
 Eagle3 (reference §4). Step k (0-indexed) of the test-time-training unroll at position t predicts token t+k+2; its
 soft target is the target's distribution at position t+k+1:
 
@@ -90,14 +100,19 @@ def position_weights(eval_mask: torch.Tensor, decay: float) -> torch.Tensor:
     return eval_mask.float() * torch.exp(-k / decay)
 
 
-def total_variation_l1(draft_logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
+def total_variation_l1(draft_logits: torch.Tensor, target_logits: torch.Tensor,
+                       vocab_ids: torch.Tensor | None = None) -> torch.Tensor:
     """‖softmax(draft) − softmax(target)‖₁ over the last dim, in fp32 (in [0, 2]).
 
-    draft_logits, target_logits: [..., vocab]. Returns [...]. Gradient flows into draft_logits only.
+    draft_logits: [..., vocab], or [..., V'] over the tokens vocab_ids [V'] (the draft distribution is then 0
+    elsewhere); target_logits: [..., vocab]. Returns [...]. Gradient flows into draft_logits only.
     """
     p_d = torch.softmax(draft_logits.float(), dim=-1)
     p_t = torch.softmax(target_logits.detach().float(), dim=-1)
-    return (p_d - p_t).abs().sum(dim=-1)
+    if vocab_ids is None:
+        return (p_d - p_t).abs().sum(dim=-1)
+    inside = p_t[..., vocab_ids]
+    return (p_d - inside).abs().sum(dim=-1) + (1.0 - inside.sum(dim=-1)).clamp(min=0.0)
 
 
 def acceptance_label(l1: torch.Tensor) -> torch.Tensor:
@@ -106,13 +121,14 @@ def acceptance_label(l1: torch.Tensor) -> torch.Tensor:
 
 
 def block_loss(
-    draft_logits: torch.Tensor,  # [bs, n_anchors, gamma, vocab]
+    draft_logits: torch.Tensor,  # [bs, n_anchors, gamma, vocab], or [..., V'] over vocab_ids
     labels: torch.Tensor,  # [bs, n_anchors, gamma] long
     eval_mask: torch.Tensor,  # [bs, n_anchors, gamma] bool
     weights: BlockLossWeights,
     target_logits: torch.Tensor | None = None,  # [bs, n_anchors, gamma, vocab]
     confidence_logits: torch.Tensor | None = None,  # [bs, n_anchors, gamma]
     weight_total: torch.Tensor | None = None,  # [] Σw over all ranks
+    vocab_ids: torch.Tensor | None = None,  # [V'] sorted: the draft vocabulary the draft logits cover
 ) -> LossTerms:
     """DSpark / DFlash loss (module docstring). Only supervised slots are evaluated.
 
@@ -128,13 +144,19 @@ def block_loss(
     sel = eval_mask.bool()
     w = w_full[sel]  # [m]
     # The supervised rows are picked once: each vocabulary-wide pick is a copy, and a scatter back in backward.
-    draft = draft_logits[sel].float()  # [m, vocab]
-    ce = F.cross_entropy(draft, labels[sel], reduction="none")
-    l_ce = (w * ce).sum() / norm
+    draft = draft_logits[sel].float()  # [m, vocab or V']
+    label = labels[sel]
+    ce_weight = w
+    if vocab_ids is not None:  # the label's index in the draft vocabulary; no CE where it has none
+        index = torch.searchsorted(vocab_ids, label).clamp(max=len(vocab_ids) - 1)
+        ce_weight = w * (vocab_ids[index] == label)
+        label = index
+    ce = F.cross_entropy(draft, label, reduction="none")
+    l_ce = (ce_weight * ce).sum() / norm
     total = weights.ce * l_ce
     terms = {"ce": l_ce.item()}
     if target_logits is not None:
-        l1 = total_variation_l1(draft, target_logits[sel])  # [m]
+        l1 = total_variation_l1(draft, target_logits[sel], vocab_ids)  # [m]
         c_star = acceptance_label(l1)
         l_tv = (w * l1).sum() / norm
         terms["tv"] = l_tv.item()

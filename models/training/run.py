@@ -32,7 +32,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from dspark.models.checkpoint import save_drafter
 from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
-from dspark.models.drafters.draft_vocab import most_frequent, save_draft_vocab
+from dspark.models.drafters.draft_vocab import load_draft_vocab, most_frequent, save_draft_vocab
 from dspark.models.embedded_target.corpus import Corpus, is_held_out, load_corpus
 from dspark.models.errors import CheckpointError, ConfigError
 from dspark.models.evaluation.datasets import read_turns
@@ -98,13 +98,16 @@ def drafter_config(spec: DrafterSpec, target_config, mask_token_id: int | None) 
                                      sample_from_anchor=spec.sample_from_anchor, **common, **heads)
 
 
-def build_task(config: DrafterConfig, n_anchors: int) -> TrainTask:
+def build_task(config: DrafterConfig, n_anchors: int, vocab_ids: torch.Tensor | None = None) -> TrainTask:
+    """The drafter's training task; vocab_ids ([V'] sorted) restricts a block drafter's loss to that draft
+    vocabulary (losses.py)."""
     if config.kind == "eagle3":
+        assert vocab_ids is None, "TrainJob refuses --loss-over-draft-vocab for Eagle3"
         return Eagle3Task(config.target_layer_ids, config.block_size)
     weights = DSPARK_LOSS if config.kind == "dspark" else DFLASH_LOSS
     if config.kind == "dspark" and not config.enable_confidence_head:
         weights = dataclasses.replace(DSPARK_LOSS, conf=0.0)
-    return BlockTask(config.target_layer_ids, config.block_size, n_anchors, weights)
+    return BlockTask(config.target_layer_ids, config.block_size, n_anchors, weights, vocab_ids)
 
 
 def load_target_config(target_dir: Path):
@@ -245,7 +248,9 @@ def _levers(info: dict) -> str:
     else:
         start = "a random init"
     compute = "bf16 autocast (--bf16)" if info.get("bf16") else "fp32"
-    return f"target outputs: {features}; started from {start}; compute: {compute}."
+    vocab = ("the draft vocabulary only (--loss-over-draft-vocab: serve it with draft_vocab.json)"
+             if info.get("loss_over_draft_vocab") else "the full vocabulary")
+    return f"target outputs: {features}; started from {start}; compute: {compute}; logits and loss over {vocab}."
 
 
 def _heads(cfg: dict) -> str:
@@ -308,8 +313,14 @@ class TrainJob:
     init_from_target: bool = False  # start from the target's top layers (target_init.py), not a random init
     init_from_drafter: Path | None = None  # start from this trained drafter's weights (drafter_init.py)
     draft_vocab_size: int = 8192  # draft_vocab.json: this many of the trained tokens, the most frequent
+    loss_over_draft_vocab: bool = False  # block drafters: logits and loss over draft_vocab.json only (losses.py)
     only_draft_vocab: bool = False  # write draft_vocab.json from the data and stop (a drafter trained before)
     command: str = ""
+
+    def __post_init__(self) -> None:
+        if self.loss_over_draft_vocab and self.spec.kind == "eagle3":
+            raise ConfigError("--loss-over-draft-vocab trains the block drafters (dspark, dflash); Eagle3's "
+                              "test-time-training loss runs over the full vocabulary")
 
 
 def cached_dataset(documents, cfg: DataConfig, target, eos_id: int, key: dict, cache_dir: Path, dist: DistContext):
@@ -375,7 +386,11 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         init_from_target(drafter, target)
     if job.init_from_drafter is not None:
         init_from_drafter(drafter, job.init_from_drafter, target)
-    task = build_task(config, job.spec.n_anchors)
+    vocab_ids = None
+    if job.loss_over_draft_vocab:
+        dist.barrier()  # rank 0 wrote it
+        vocab_ids = load_draft_vocab(job.out_dir, target_config.vocab_size)
+    task = build_task(config, job.spec.n_anchors, vocab_ids)
     trainer = Trainer(drafter, target, dataset, task, job.train, job.work_dir, dist, features=features)
     if job.resume:
         trainer.resume()
@@ -389,7 +404,7 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         eval_key = {**key, "data": asdict(eval_cfg), "split": "held_out"}
         eval_set = cached_dataset(documents("held_out"), eval_cfg, target, eos_id, eval_key,
                                   job.data_cache_dir, DistContext(device=dist.device))
-        held_out = greedy_acceptance(drafter, target, eval_set, config.target_layer_ids).to_json()
+        held_out = greedy_acceptance(drafter, target, eval_set, config.target_layer_ids, vocab_ids=vocab_ids).to_json()
     info = {
         "kind": config.kind, "target": str(job.target_dir), "target_sha256": fingerprint,
         "drafter_config": config_json(config), "data_summary": describe_data(job.data, corpus, prompts_source),
@@ -400,6 +415,7 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         "command": job.command, "feature_cache": job.feature_cache_dir is not None,
         "init_from_target": job.init_from_target, "bf16": job.train.bf16,
         "init_from_drafter": None if job.init_from_drafter is None else str(job.init_from_drafter),
+        "loss_over_draft_vocab": job.loss_over_draft_vocab,
         "trainable_params": sum(p.numel() for p in drafter.parameters() if p.requires_grad),
     }
     job.out_dir.mkdir(parents=True, exist_ok=True)

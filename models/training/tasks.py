@@ -71,18 +71,20 @@ class TrainTask(Protocol):
 
 @dataclass(frozen=True)
 class BlockTask:
-    """DSpark / DFlash: anchor blocks of `gamma` slots, `n_anchors` per sequence."""
+    """DSpark / DFlash: anchor blocks of `gamma` slots, `n_anchors` per sequence; with `vocab_ids`, the drafter's
+    logits and the loss cover only that draft vocabulary (losses.py)."""
 
     target_layer_ids: tuple[int, ...]
     gamma: int
     n_anchors: int
     weights: BlockLossWeights
+    vocab_ids: torch.Tensor | None = None  # [V'] sorted token ids
 
     def loss(self, model, batch, target, generator, reduce) -> LossTerms:
         blocks = sample_blocks(batch.input_ids, batch.loss_mask, self.n_anchors, self.gamma, generator)
-        out = model(
-            target_hidden=target.hidden, input_ids=batch.input_ids, anchors=blocks.anchors, block_keep=blocks.block_keep
-        )
+        vocab_ids = None if self.vocab_ids is None else self.vocab_ids.to(batch.input_ids.device)
+        out = model(target_hidden=target.hidden, input_ids=batch.input_ids, anchors=blocks.anchors,
+                    block_keep=blocks.block_keep, vocab_ids=vocab_ids)
         bs, n, gamma = blocks.labels.shape
         slot_logits = target.logits(blocks.positions.clamp(max=batch.input_ids.shape[1] - 1).view(bs, n * gamma))
         weight_total = reduce(position_weights(blocks.eval_mask, self.weights.decay).sum())
@@ -94,6 +96,7 @@ class BlockTask:
             target_logits=slot_logits.view(bs, n, gamma, -1),
             confidence_logits=out.confidence_logits,
             weight_total=weight_total,
+            vocab_ids=vocab_ids,
         )
 
 

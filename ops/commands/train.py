@@ -52,6 +52,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     io.add_argument("--draft-vocab-size", type=int, default=8192,
                     help="tokens in the exported draft_vocab.json: the most frequent the loss reads "
                          "(models/drafters/draft_vocab.py)")
+    io.add_argument("--loss-over-draft-vocab", action="store_true",
+                    help="DSpark/DFlash: compute the drafter's logits and the loss over that draft vocabulary only, "
+                         "exactly as drafting with it proposes (~2x faster steps on SmolLM2; serve the drafter with "
+                         "its draft_vocab.json, which dspark's engine does)")
     io.add_argument("--only-draft-vocab", action="store_true",
                     help="write <out>/draft_vocab.json from this recipe's data and stop (for a drafter trained before)")
 
@@ -195,6 +199,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
         feature_cache_dir=args.feature_cache, init_from_target=args.init_from_target,
         init_from_drafter=args.init_from_drafter,
         draft_vocab_size=args.draft_vocab_size, only_draft_vocab=args.only_draft_vocab,
+        loss_over_draft_vocab=args.loss_over_draft_vocab,
         command=reproduce_command(args._parser, args),
     )
 

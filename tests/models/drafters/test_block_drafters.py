@@ -35,6 +35,23 @@ def test_forward_train_shapes_and_finite_with_dropped_blocks(tiny_target, varian
 
 
 @pytest.mark.parametrize("variant", BLOCK_VARIANTS)
+def test_training_over_a_draft_vocabulary_computes_only_its_columns(tiny_target, variant):
+    """Restricted to V', the teacher-forced logits (base + Markov bias, every head type) are the full logits'
+    V' columns, and the confidence is unchanged."""
+    drafter = make_drafter(tiny_target, variant)
+    ids, features = target_sequence(tiny_target, bs=2, seq=12)
+    anchors, keep = torch.tensor([[0, 4, 7], [2, 3, 6]]), torch.ones(2, 3, dtype=torch.bool)
+    vocab_ids = torch.tensor([1, 5, 6, 20, 33, 63])
+    with torch.no_grad():
+        full = drafter.forward_train(features, ids, anchors, keep)
+        restricted = drafter.forward_train(features, ids, anchors, keep, vocab_ids)
+    assert restricted.draft_logits.shape == (2, 3, GAMMA, len(vocab_ids))
+    torch.testing.assert_close(restricted.draft_logits, full.draft_logits[..., vocab_ids], atol=1e-5, rtol=1e-5)
+    if full.confidence_logits is not None:
+        torch.testing.assert_close(restricted.confidence_logits, full.confidence_logits)
+
+
+@pytest.mark.parametrize("variant", BLOCK_VARIANTS)
 def test_propose_shapes(tiny_target, variant):
     drafter = make_drafter(tiny_target, variant)
     ids, features = target_sequence(tiny_target, bs=3, seq=12)

@@ -39,7 +39,9 @@ class _Oracle(torch.nn.Module):
         gathered = torch.gather(logits, 1, pos.flatten(1)[..., None].expand(-1, -1, logits.shape[-1]))
         gathered = gathered.view(*pos.shape, -1)
         draft = torch.stack([self._spoil(gathered[:, :, k], k) for k in range(GAMMA)], dim=2)
-        return SimpleNamespace(draft_logits=draft, confidence_logits=None)
+        vocab_ids = rest[2] if len(rest) > 2 else None
+        return SimpleNamespace(draft_logits=draft if vocab_ids is None else draft[..., vocab_ids],
+                               confidence_logits=None)
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +58,15 @@ def test_oracle_acceptance(kind, correct, peaked_target, greedy_data):
     expected_prefix = [1.0] * correct + [0.0] * (GAMMA - correct)
     assert report.prefix == expected_prefix
     assert report.tau == pytest.approx(1 + correct)
+
+
+def test_a_block_drafter_drafts_among_its_draft_vocabulary(peaked_target, greedy_data):
+    """Indices into the draft vocabulary are read back as its token ids; a target token outside it is never
+    drafted."""
+    oracle = _Oracle(peaked_target, "dspark", GAMMA)
+    vocab = peaked_target.config.vocab_size
+    greedy = set(greedy_data.input_ids[greedy_data.loss_mask].tolist())
+    with_them = torch.tensor(sorted(greedy | {vocab - 1}))
+    without_them = torch.tensor(sorted(set(range(vocab)) - greedy))
+    assert greedy_acceptance(oracle, peaked_target, greedy_data, (0, 1), vocab_ids=with_them).tau == pytest.approx(4)
+    assert greedy_acceptance(oracle, peaked_target, greedy_data, (0, 1), vocab_ids=without_them).tau == 1.0

@@ -170,3 +170,40 @@ def test_eagle3_perfect_draft_accepts_everything():
     valid0 = entropy[1:5].sum()  # step 0: t = 0..3 imitates positions 1..4
     valid1 = entropy[2:5].sum()  # step 1: t = 0..2 imitates positions 2..4
     assert out.total.item() == pytest.approx(((valid0 + 0.8 * valid1) / 4).item(), rel=1e-5)
+
+
+def _random_block_case(vocab=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    draft = torch.randn(2, 3, 4, vocab, generator=g)
+    target = torch.randn(2, 3, 4, vocab, generator=g) * 2
+    labels = torch.randint(0, vocab, (2, 3, 4), generator=g)
+    eval_mask = torch.rand(2, 3, 4, generator=g) > 0.2
+    conf = torch.randn(2, 3, 4, generator=g)
+    return draft, target, labels, eval_mask, conf
+
+
+def test_a_draft_vocabulary_of_every_token_is_the_full_loss():
+    draft, target, labels, eval_mask, conf = _random_block_case()
+    full = block_loss(draft, labels, eval_mask, DSPARK_LOSS, target, conf)
+    every = block_loss(draft, labels, eval_mask, DSPARK_LOSS, target, conf, vocab_ids=torch.arange(12))
+    assert every.terms == pytest.approx(full.terms, rel=1e-6)
+
+
+def test_the_draft_vocabulary_loss_scores_the_draft_that_vocabulary_proposes():
+    """Draft logits over V' score exactly q scattered into the full vocabulary: the L1 (and so c*) against the
+    full target, and the CE of the labels inside V'; labels outside add no CE."""
+    draft, target, labels, eval_mask, conf = _random_block_case()
+    vocab_ids = torch.tensor([0, 2, 3, 5, 8, 11])
+    restricted = draft[..., vocab_ids]
+    out = block_loss(restricted, labels, eval_mask, DSPARK_LOSS, target, conf, vocab_ids=vocab_ids)
+
+    q = torch.zeros_like(draft).index_copy_(-1, vocab_ids, torch.softmax(restricted, -1))
+    l1 = (q - torch.softmax(target, -1)).abs().sum(-1)
+    inside = torch.isin(labels, vocab_ids)
+    ce = -torch.log(torch.gather(q, -1, labels.unsqueeze(-1)).squeeze(-1).clamp(min=1e-30))
+    w = position_weights(eval_mask, DSPARK_LOSS.decay)
+    norm = w.sum() + 1e-6
+    assert inside.any() and (~inside & eval_mask).any(), "the case has labels on both sides of V'"
+    assert out.terms["tv"] == pytest.approx(((w * l1).sum() / norm).item(), rel=1e-5)
+    assert out.terms["accept"] == pytest.approx(((w * (1 - 0.5 * l1)).sum() / norm).item(), rel=1e-5)
+    assert out.terms["ce"] == pytest.approx(((w * inside * torch.where(inside, ce, 0)).sum() / norm).item(), rel=1e-5)

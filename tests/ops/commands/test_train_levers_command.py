@@ -1,5 +1,5 @@
 """`dspark train` speed and init levers on a tiny target: --feature-cache, --init-from-target, --init-from-drafter,
---bf16."""
+--bf16, --loss-over-draft-vocab."""
 import json
 
 import pytest
@@ -10,6 +10,7 @@ from test_train_command import _args, tiny_setup  # noqa: F401  (the module fixt
 from transformers import AutoConfig
 
 from dspark.models.checkpoint import load_drafter
+from dspark.models.drafters.draft_vocab import load_draft_vocab
 from dspark.ops.cli import main
 from dspark.ops.commands import train as train_command
 
@@ -67,6 +68,25 @@ def test_init_from_drafter_fine_tunes_a_trained_drafter_and_refuses_another(tiny
     assert main(_args(root, target_dir, lib, "dspark", tmp_path / "both", "--init-from-drafter", str(trained),
                       "--init-from-target")) == 2
     assert "two starting points" in capsys.readouterr().err
+
+
+def test_loss_over_draft_vocab_trains_only_that_vocabulary(tiny_setup, tmp_path):  # noqa: F811
+    """The Markov W2 rows of tokens outside draft_vocab.json never get a gradient (no weight decay: they stay
+    exactly as they started) while those inside are trained; the card says how the loss ran."""
+    root, target_dir, lib = tiny_setup
+    trained, tuned = tmp_path / "trained", tmp_path / "tuned"
+    assert main(_args(root, target_dir, lib, "dspark", trained, "--eval-samples", "0", "--save-dtype", "float32")) == 0
+    assert main(_args(root, target_dir, lib, "dspark", tuned, "--init-from-drafter", str(trained),
+                      "--loss-over-draft-vocab", "--draft-vocab-size", "24", "--weight-decay", "0", "--lr", "1e-2",
+                      "--save-dtype", "float32")) == 0
+    vocab = load_draft_vocab(tuned, AutoConfig.from_pretrained(str(target_dir)).vocab_size)
+    start, after = (load_weights(path, target_dir)["markov_head.markov_w2.weight"] for path in (trained, tuned))
+    outside = torch.ones(len(start), dtype=torch.bool).index_fill_(0, vocab, False)
+    assert len(vocab) == 24 and torch.equal(after[outside], start[outside])
+    assert not torch.allclose(after[vocab], start[vocab])
+    card = (tuned / "README.md").read_text()
+    assert "logits and loss over the draft vocabulary only (--loss-over-draft-vocab" in card
+    assert "## Held-out check" in card, "the held-out check ran, drafting among the draft vocabulary"
 
 
 def load_weights(drafter_dir, target_dir) -> dict:
