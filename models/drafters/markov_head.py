@@ -46,12 +46,6 @@ class MarkovHead(nn.Module, ABC):
                   state: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """prev_tokens [...], hidden [..., hidden] -> (code z [..., rank], next state)."""
 
-    def step_bias(self, prev_tokens: torch.Tensor, hidden: torch.Tensor,
-                  state: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """prev_tokens [...], hidden [..., hidden] -> (bias W2 z [..., vocab], next state)."""
-        code, state = self.step_code(prev_tokens, hidden, state)
-        return self.markov_w2(code), state
-
     def block_logits(self, base_logits: torch.Tensor, hidden: torch.Tensor, prev_tokens: torch.Tensor,
                      vocab_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Teacher-forced correction of a whole block.

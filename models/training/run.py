@@ -386,11 +386,9 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         init_from_target(drafter, target)
     if job.init_from_drafter is not None:
         init_from_drafter(drafter, job.init_from_drafter, target)
-    vocab_ids = None
-    if job.loss_over_draft_vocab:
-        dist.barrier()  # rank 0 wrote it
-        vocab_ids = load_draft_vocab(job.out_dir, target_config.vocab_size)
-    task = build_task(config, job.spec.n_anchors, vocab_ids)
+    dist.barrier()  # rank 0 wrote the draft vocabulary
+    vocab_ids = load_draft_vocab(job.out_dir, target_config.vocab_size)  # the one the exported drafter drafts among
+    task = build_task(config, job.spec.n_anchors, vocab_ids if job.loss_over_draft_vocab else None)
     trainer = Trainer(drafter, target, dataset, task, job.train, job.work_dir, dist, features=features)
     if job.resume:
         trainer.resume()

@@ -133,8 +133,8 @@ def markov_numerics(model, drafter, hidden: torch.Tensor) -> dict:
     out = {}
     for step in range(2):
         theirs, theirs_state = model.markov_head.step_bias(prev[step], hidden_states=hidden, state=theirs_state)
-        ours, ours_state = drafter.markov_head.step_bias(prev[step], hidden, ours_state)
-        out[f"markov_step{step}_bias"] = max_err(theirs, ours)
+        code, ours_state = drafter.markov_head.step_code(prev[step], hidden, ours_state)
+        out[f"markov_step{step}_bias"] = max_err(theirs, drafter.markov_head.markov_w2(code))
     if getattr(model, "confidence_head", None) is not None:
         prev_emb = drafter.markov_head.prev_embedding(prev[0])
         theirs = model.confidence_head(hidden, prev_emb if model.confidence_head.with_markov else None)
