@@ -13,8 +13,8 @@
                             kept history, the mean verify budget of the rounds since the last change, the
                             counters since start (`totals`, for per-interval stats), the measured
                             per-round overhead the SPS policies add to the table and how far the table
-                            is from the measured round times (`sps_fit`, round_cost.py), and the live
-                            calibration (`calibration`)
+                            is from the measured round times (`sps_fit`, models/decoding/round_cost.py), and
+                            the live calibration (`calibration`)
 
 Both go through SGLang's scheduler-side controller (`SchedulerInternalStateController`), which runs in
 the scheduler's own loop, so an update lands between rounds; under tensor parallelism TP rank 0 receives the
@@ -127,7 +127,7 @@ def _report(result, controller, state: dict) -> None:
 
 
 def sps_fit() -> dict:
-    """The live round-cost window against the table in use (round_cost.py)."""
+    """The live round-cost window against the table in use (models/decoding/round_cost.py)."""
     table, costs = current_table(), planner.clock.costs
     return {"samples": len(costs.samples),
             "error_ratio": costs.error(table, planner.clock.overhead()) if table is not None else None}

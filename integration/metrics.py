@@ -19,7 +19,8 @@ batch's tensor-parallel group reports, so a TP=8 server does not count every rou
     dspark_sps_table_info{source,path}              1 for the SPS table in use (source: profiled | refit | loaded)
     dspark_sps_table_timestamp_seconds              when that table was written (its age: time() - this)
     dspark_sps_table_error_ratio                    median |table time + overhead - measured round time| /
-                                                    measured, over the live round-cost window (round_cost.py)
+                                                    measured, over the live round-cost window
+                                                    (models/decoding/round_cost.py)
     dspark_step_overhead_seconds                    per-round time beyond the profiled verify forward
     dspark_probe_rounds_total                       rounds verified in full for calibration labels
     dspark_draft_faults_total{error}                draft steps that failed and were retried (draft_faults.py)

@@ -10,9 +10,9 @@ answer from one call of `dspark.kernels.allocate` per round instead:
     verify_lens = 1 + l_r (the anchor/bonus)    -> _schedule_verify_lens
 
 so SGLang's layout, ragged verify forward and acceptance run unchanged on our lengths. causal and lagged plan
-on the SPS table plus the round overhead measured online (round_cost.py `RoundClock`). `lagged` reads
-each request's confidences from its previous round, kept per request-pool row and invalidated when
-SGLang reuses the row for a new request (`req_to_token_pool.req_generation`). The planner also applies
+on the SPS table plus the round overhead measured online (models/decoding/round_cost.py `RoundClock`, the
+engine's too). `lagged` reads each request's confidences from its previous round, kept per request-pool row and
+invalidated when SGLang reuses the row for a new request (`req_to_token_pool.req_generation`). The planner also applies
 the state's STS temperatures to the confidence head when the state changes (null: those SGLang loaded).
 Policy `sglang` leaves both calls to SGLang. These hooks run only in ragged-verify modes
 (`SGLANG_RAGGED_VERIFY_MODE=compact|cap-accept`), where SGLang plans per-request lengths at all.
@@ -47,7 +47,7 @@ import torch
 import torch.distributed
 
 from dspark.integration import calibration, metrics
-from dspark.integration.round_cost import RoundClock
+from dspark.models.decoding.round_cost import RoundClock
 from dspark.integration.round_sampler import RoundSampler
 from dspark.integration.runtime_state import RuntimeStateStore
 from dspark.models.cache import cache_root

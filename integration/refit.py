@@ -1,5 +1,5 @@
 """Refits from live traffic, in the scheduler process: the confidence head's STS temperatures from the calibration
-window (calibration.py) and the SPS table from the measured round costs (round_cost.py).
+window (calibration.py) and the SPS table from the measured round costs (models/decoding/round_cost.py).
 
 On request, as one more form of a dspark update (`/set_internal_state`, the admin plane's Calibrate and
 ProfileSps(from_traffic)), which becomes a `set` of the fitted values, so it is validated, versioned and

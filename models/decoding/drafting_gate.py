@@ -17,11 +17,18 @@ average), and the latest 2 rounds at batch 8, so a batch whose replies turn hard
 Estimates are kept per size for the decoder's lifetime (all its generate calls: one target, drafter and policy):
 under continuous batching the size moves by one as requests finish and join, and a size seen before is decided
 on what was measured there. A size not yet measured on both sides follows the nearest size that is; until some
-size is, the gate explores: PROBE_REQUESTS request-rounds of speculation, then as many plain.
+size is, the gate explores: SPEC_PROBE_REQUESTS request-rounds of speculation, then PLAIN_PROBE_REQUESTS plain.
 
-The losing side is re-measured after REPROBE_EVERY rounds, by a burst of ceil(PROBE_REQUESTS / b) rounds: a single
-round at batch 1 is too noisy to overturn a verdict (an exponential average with one round's weight 0.3 at batch 1
-left the demo decoding plainly in 229 of 287 rounds while its speculative rounds were 1.22x faster). Each re-probe
+The losing side is re-measured after REPROBE_EVERY rounds, by a burst of ceil(its PROBE_REQUESTS / b) rounds. A
+single round at batch 1 is too noisy to overturn a verdict (an exponential average with one round's weight 0.3 at
+batch 1 left the demo decoding plainly in 229 of 287 rounds while its speculative rounds were 1.22x faster), and so
+is a burst of 4 speculative rounds: at batch 1 most of them commit one token and the few that commit 3-6 are what
+make drafting pay (SmolLM2's chat drafter on the demo's prompts), so 4 often held none of them and turned a winning
+drafter off for the next 16-64 rounds. Speculation is therefore measured over 8 request-rounds, plain decoding (one
+token every round; only its time varies) over 4: `make demo` 1.21x against 1.15x over six alternating pairs, with
+the engine's whole-round planner (bench/results/smollm2/whole_round_planning). The longer burst costs a drafter that
+loses badly a little more: replaying a traced demo with every speculative round twice as slow (0.63x when always
+drafting), ~1000 tokens at batch 1 end at 0.96x against 0.98x with bursts of 4. Each re-probe
 that leaves the verdict as it was doubles the wait, up to MAX_REPROBE_EVERY; a changed verdict starts again at
 REPROBE_EVERY. A re-probe of a losing drafter costs a few speculative rounds (2-3 decode steps each on a CPU), so a
 fixed interval of 16 would cost up to ~8%; the backoff keeps that to a few percent.
@@ -45,7 +52,8 @@ from dspark.models.decoding.settings import DRAFTING_MODES
 from dspark.models.errors import ConfigError
 
 WINDOW_REQUESTS = 16
-PROBE_REQUESTS = 4
+SPEC_PROBE_REQUESTS = 8
+PLAIN_PROBE_REQUESTS = 4
 REPROBE_EVERY = 16
 MAX_REPROBE_EVERY = 256
 
@@ -53,6 +61,11 @@ MAX_REPROBE_EVERY = 256
 def rounds_for(requests: int, batch_size: int) -> int:
     """Rounds of batch_size requests that hold `requests` request-rounds (at least one)."""
     return max(1, -(-requests // batch_size))
+
+
+def probe_rounds(drafting: bool, batch_size: int) -> int:
+    """Rounds that measure one side: speculation's tokens per round vary, a plain round's do not."""
+    return rounds_for(SPEC_PROBE_REQUESTS if drafting else PLAIN_PROBE_REQUESTS, batch_size)
 
 
 @dataclass
@@ -78,8 +91,8 @@ class Sides:
     plain: Measured = field(default_factory=Measured)
 
     def known(self, batch_size: int) -> bool:
-        enough = rounds_for(PROBE_REQUESTS, batch_size)
-        return len(self.spec.rounds) >= enough and len(self.plain.rounds) >= enough
+        return (len(self.spec.rounds) >= probe_rounds(True, batch_size)
+                and len(self.plain.rounds) >= probe_rounds(False, batch_size))
 
     def drafting_wins(self) -> bool:
         return self.spec.rate() >= self.plain.rate()
@@ -105,7 +118,7 @@ class DraftingGate:
         known = [size for size, sides in self.sizes.items() if sides.known(size)]
         if not known:  # explore: speculative rounds first, then plain ones
             here = self.sizes.get(batch_size, Sides())
-            return len(here.spec.rounds) < rounds_for(PROBE_REQUESTS, batch_size)
+            return len(here.spec.rounds) < probe_rounds(True, batch_size)
         winner = self.sizes[min(known, key=lambda size: (abs(size - batch_size), size))].drafting_wins()
         if winner != self.verdict:
             self.verdict, self.probe_every, self.probing = winner, REPROBE_EVERY, 0
@@ -115,7 +128,7 @@ class DraftingGate:
         self.since_probe += 1
         if self.since_probe >= self.probe_every:
             self.since_probe, self.probe_every = 0, min(2 * self.probe_every, MAX_REPROBE_EVERY)
-            self.probing = rounds_for(PROBE_REQUESTS, batch_size) - 1
+            self.probing = probe_rounds(not winner, batch_size) - 1
             return not winner
         return winner
 

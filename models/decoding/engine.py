@@ -3,7 +3,8 @@
     prefill   target forward over the (left-padded) prompts; sample the first token, the first anchor
     loop      draft    drafter.propose: gamma tokens after the anchor (+ confidences for DSpark)
               allocate a verification length k_b per request (verify_length.py -> kernels/allocate.py),
-                       at most its remaining token budget
+                       at most its remaining token budget; causal and lagged plan on the SPS table plus
+                       the drafting rounds' measured overhead (round_cost.py)
               verify   one target forward over the ragged blocks [anchor, d_1..d_k]; accept losslessly
                        (kernels/verification.py): n drafts, then a correction or bonus token
               commit   the n drafts and the new token; the target keeps their KV, the drafter their features;
@@ -27,6 +28,7 @@ from dspark.kernels import warping
 from dspark.kernels.verification import Verdict, verify_greedy, verify_sampled
 from dspark.kernels.warping import GREEDY, SamplingParams
 from dspark.models.decoding.drafting_gate import DraftingGate
+from dspark.models.decoding.round_cost import RoundClock
 from dspark.models.decoding.target import TargetRunner
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.drafters.base import DraftBlock, Drafter, DraftState
@@ -91,6 +93,7 @@ class SpeculativeDecoder:
         # One gate for the decoder's lifetime: its round costs hold across generate calls (same target, drafter and
         # policy), as a serving engine keeps learning them, so a short generation does not re-explore from scratch.
         self.gate = DraftingGate(drafting)  # (validates the mode)
+        self.clock = RoundClock()  # what a drafting round costs beyond its verify forward (same lifetime)
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], config: GenerationConfig,
@@ -160,11 +163,14 @@ class SpeculativeDecoder:
             else:
                 batch.plain_positions.append((step.features, tokens))
         batch.anchor = verdict.next_token
-        committed = int(verdict.accepted.sum()) + len(batch.rows)
-        batch.gate.observe(len(batch.rows), drafting, time.perf_counter() - began, committed / len(batch.rows))
+        committed, verified = int(verdict.accepted.sum()) + len(batch.rows), int(lengths.sum()) + len(batch.rows)
+        seconds = time.perf_counter() - began
+        batch.gate.observe(len(batch.rows), drafting, seconds, committed / len(batch.rows))
+        if drafting and self.policy.sps is not None:
+            self.clock.add(verified, seconds, self.policy.sps)
         if trace is not None:
-            trace.append(BatchRound(len(batch.rows), int(lengths.sum()) + len(batch.rows), committed,
-                                    drafted - began, time.perf_counter() - drafted, drafting))
+            trace.append(BatchRound(len(batch.rows), verified, committed, drafted - began, seconds - (drafted - began),
+                                    drafting))
         return batch.keep(self.record(results, batch.rows, block, lengths, verdict, draft_tokens, config, start))
 
     def draft(self, state, context, anchor, sampling, generator) -> Optional[DraftBlock]:
@@ -183,7 +189,10 @@ class SpeculativeDecoder:
         if confidence is None:
             confidence = torch.ones(block.tokens.shape, device=block.tokens.device)
         remaining = torch.tensor([config.max_new_tokens - len(results[r].token_ids) - 1 for r in rows])
-        return self.policy.lengths(confidence, lagged, remaining.to(block.tokens.device)), confidence
+        policy = self.policy
+        if policy.sps is not None:
+            policy = policy.with_sps(policy.sps.with_overhead(self.clock.overhead()))
+        return policy.lengths(confidence, lagged, remaining.to(block.tokens.device)), confidence
 
     def record(self, results, rows, block, lengths, verdict: Verdict, draft_tokens, config, start) -> List[int]:
         """Append each request's round and committed tokens; returns the batch rows still running."""

@@ -13,8 +13,9 @@ Each simulated step, C request slots each draw a recorded round (iid, seeded); t
 (lagged: from the slot's previous draw); a slot accepts min(n, l) drafts and commits that + 1 tokens; the step
 takes a + b * C + 1 / SPS(B) seconds with B = sum(1 + l), plus the admission cost of the requests its
 tokens complete (tokens / mean tokens per request * admission seconds). Past the largest probe B_L the SPS curve is extrapolated
-at constant tokens/s, SPS(B) = SPS(B_L) * B_L / B (compute-bound cost linear in B), and the allocator sees the
-same extended curve. Every output of this module is labelled "simulation".
+at constant tokens/s, SPS(B) = SPS(B_L) * B_L / B (compute-bound cost linear in B), and the allocator plans on
+the same extended curve plus the step's overhead a + b * C, as the engine plans on its measured overhead
+(models/decoding/round_cost.py). Every output of this module is labelled "simulation".
 
 The policies are simulated drafting every round (the drafting gate is not modelled): their cost fit takes only
 the measured rounds that ran the drafter. No speculation (scheduling.NO_SPEC) gets its own cost fit, from the
@@ -83,7 +84,7 @@ def simulate(cost: CostModel, traces: Traces, policy: VerifyLengthPolicy, concur
              seed: int = 0) -> dict:
     """Steady-state metrics of one policy at one concurrency, in the load benchmark's units."""
     if policy.sps is not None:
-        policy = replace(policy, sps=cost.sps)
+        policy = replace(policy, sps=cost.sps.with_overhead(cost.base_s + cost.per_request_s * concurrency))
     generator = torch.Generator().manual_seed(seed)
     lagged = None
     tokens = seconds = verified = 0.0

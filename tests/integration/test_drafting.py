@@ -12,13 +12,13 @@ def test_modes_always_and_never_decide_alone():
 
 def test_a_round_is_measured_from_its_start_to_the_next_rounds_with_its_verified_tokens():
     served = ServedGate()
-    assert served.begin_round(4, "auto", 0.0)  # nothing measured yet: the gate explores drafting first
-    served.verified(torch.tensor([3, 1, 0, 0]))  # 3, 1, 0, 0 drafts accepted: 2 tokens per request
-    assert not served.begin_round(4, "auto", 0.5)  # ... for one round of 4 requests (PROBE_REQUESTS), then plain
-    assert list(served.gate.sizes[4].spec.rounds) == [(0.5, 2.0)]
-    served.verified(torch.tensor([0, 0, 0, 0]))
-    served.begin_round(4, "auto", 0.6)
-    (seconds, tokens), = served.gate.sizes[4].plain.rounds
+    assert served.begin_round(8, "auto", 0.0)  # nothing measured yet: the gate explores drafting first
+    served.verified(torch.tensor([3, 1, 0, 0] * 2))  # 3, 1, 0, 0 drafts accepted: 2 tokens per request
+    assert not served.begin_round(8, "auto", 0.5)  # ... for one round of 8 requests (SPEC_PROBE_REQUESTS), then plain
+    assert list(served.gate.sizes[8].spec.rounds) == [(0.5, 2.0)]
+    served.verified(torch.tensor([0] * 8))
+    served.begin_round(8, "auto", 0.6)
+    (seconds, tokens), = served.gate.sizes[8].plain.rounds
     assert abs(seconds - 0.1) < 1e-9 and tokens == 1.0
 
 

@@ -8,8 +8,8 @@ import torch
 
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding import drafting_gate
-from dspark.models.decoding.drafting_gate import (MAX_REPROBE_EVERY, PROBE_REQUESTS, REPROBE_EVERY, WINDOW_REQUESTS,
-                                                  DraftingGate, rounds_for)
+from dspark.models.decoding.drafting_gate import (MAX_REPROBE_EVERY, PLAIN_PROBE_REQUESTS, REPROBE_EVERY,
+                                                  SPEC_PROBE_REQUESTS, WINDOW_REQUESTS, DraftingGate, rounds_for)
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder, append_ragged
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
@@ -32,8 +32,10 @@ def choices(gate: DraftingGate, rounds: int, spec=(0.10, 2.0), plain=(0.04, 1.0)
     return made
 
 
-def probe_pattern(winner: bool, intervals, burst: int = PROBE_REQUESTS) -> list[bool]:
-    """`winner` every round but the last of each interval, which starts a re-probe burst of the loser."""
+def probe_pattern(winner: bool, intervals) -> list[bool]:
+    """`winner` every round but the last of each interval, which starts a re-probe burst of the loser (at batch 1:
+    SPEC_PROBE_REQUESTS speculative rounds, PLAIN_PROBE_REQUESTS plain ones)."""
+    burst = PLAIN_PROBE_REQUESTS if winner else SPEC_PROBE_REQUESTS
     made = []
     for n in intervals:
         made += [winner] * (n - 1) + [not winner] * burst
@@ -42,16 +44,17 @@ def probe_pattern(winner: bool, intervals, burst: int = PROBE_REQUESTS) -> list[
 
 def test_the_gate_explores_both_then_drafts_only_while_speculation_is_faster():
     # 2 tokens / 100 ms = 20 tok/s against 1 token / 40 ms = 25 tok/s: plain wins; drafting is re-probed (a burst
-    # of PROBE_REQUESTS rounds at batch 1) after REPROBE_EVERY rounds, then after twice as many each time it still
+    # of SPEC_PROBE_REQUESTS rounds at batch 1) after REPROBE_EVERY rounds, then after twice as many each time it still
     # loses, up to MAX_REPROBE_EVERY
     intervals = [REPROBE_EVERY * 2 ** i for i in range(6)]
     assert intervals[-1] > MAX_REPROBE_EVERY
     intervals[-1] = MAX_REPROBE_EVERY
-    explore = [True] * PROBE_REQUESTS + [False] * PROBE_REQUESTS
+    explore = [True] * SPEC_PROBE_REQUESTS + [False] * PLAIN_PROBE_REQUESTS
     pattern = probe_pattern(False, intervals)
     made = choices(DraftingGate("auto"), len(explore) + len(pattern))
     assert made == explore + pattern
-    # 4 tokens / 100 ms = 40 tok/s: drafting wins, and plain decoding is re-measured the same way
+    # 4 tokens / 100 ms = 40 tok/s: drafting wins, and plain decoding is re-measured the same way, by a shorter
+    # burst (a plain round always commits one token)
     pattern = probe_pattern(True, [REPROBE_EVERY, 2 * REPROBE_EVERY])
     made = choices(DraftingGate("auto"), len(explore) + len(pattern), spec=(0.10, 4.0))
     assert made == explore + pattern
@@ -60,15 +63,16 @@ def test_the_gate_explores_both_then_drafts_only_while_speculation_is_faster():
 
 def test_a_changed_verdict_restarts_the_probe_interval():
     gate = DraftingGate("auto")
-    choices(gate, 2 * PROBE_REQUESTS + REPROBE_EVERY + 2 * REPROBE_EVERY + 2 * (PROBE_REQUESTS - 1))
+    choices(gate, SPEC_PROBE_REQUESTS + PLAIN_PROBE_REQUESTS + REPROBE_EVERY + 2 * REPROBE_EVERY
+            + 2 * (SPEC_PROBE_REQUESTS - 1))
     assert gate.probe_every == 4 * REPROBE_EVERY and gate.verdict is False  # plain wins, re-probed twice
-    choices(gate, 4 * REPROBE_EVERY + PROBE_REQUESTS, spec=(0.01, 4.0))  # drafting turns out far faster
+    choices(gate, 4 * REPROBE_EVERY + SPEC_PROBE_REQUESTS, spec=(0.01, 4.0))  # drafting turns out far faster
     assert gate.verdict and gate.probe_every <= 2 * REPROBE_EVERY
 
 
 def test_batch_sizes_keep_their_own_measurements_and_a_new_one_follows_the_nearest():
     gate = DraftingGate("auto")
-    choices(gate, 2 * PROBE_REQUESTS + 1, batch_size=1)  # at 1: plain wins (25 against 20 tok/s)
+    choices(gate, SPEC_PROBE_REQUESTS + PLAIN_PROBE_REQUESTS + 1, batch_size=1)  # at 1: plain wins (25 against 20 tok/s)
     # at 8 drafting would win, but 8 is unmeasured: it follows 1 (plain) until its re-probe measures drafting
     made = choices(gate, REPROBE_EVERY + 2, spec=(0.10, 4.0), batch_size=8)
     assert not made[0] and gate.sizes[8].known(8)
@@ -83,7 +87,7 @@ def test_a_bad_round_weighs_by_the_requests_it_averages(batch_size, bad_rounds_t
     # request. At batch 8 a round averages 8 requests and the window holds 2 rounds: one bad round stops drafting.
     # At batch 1 the window holds 16 rounds of one request each: it takes 5 bad ones.
     gate = DraftingGate("auto")
-    choices(gate, 2 * PROBE_REQUESTS + 16, spec=(0.10, 3.0), batch_size=batch_size)
+    choices(gate, SPEC_PROBE_REQUESTS + PLAIN_PROBE_REQUESTS + 16, spec=(0.10, 3.0), batch_size=batch_size)
     assert gate.verdict is True
     gate.since_probe = gate.probing = 0  # no re-probe of plain decoding among the rounds below
     for _ in range(bad_rounds_to_stop):

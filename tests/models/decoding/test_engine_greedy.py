@@ -2,7 +2,9 @@
 import pytest
 import torch
 
+from dspark.kernels.sps import SpsTable
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
+from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from tests.models.decoding.conftest import KINDS, POLICIES
 
 MAX_NEW = 24
@@ -44,6 +46,20 @@ def test_every_verify_length_policy_is_exact(name, embedded_target, embedded_dra
     assert max(lengths) <= (most or embedded_drafters["dspark"].config.gamma)
     if most is None:
         assert len(lengths) > 1, f"{name} should choose different lengths, chose {lengths}"
+
+
+
+def test_causal_plans_on_the_whole_round_it_measured(embedded_target, embedded_drafters, prompts, references):
+    """On the table alone a 1-token forward is 100x cheaper than any bigger one (1 us against 100 us), so no draft
+    is ever worth verifying. A real round also drafts, for milliseconds: once the decoder has measured one, an
+    admission adds ~3% to the round, not 100x, and causal verifies drafts."""
+    table = SpsTable.from_probes({1: 1e6, 2: 1e4})
+    decoder = SpeculativeDecoder(embedded_target, embedded_drafters["dspark"], VerifyLengthPolicy.of("causal", sps=table))
+    outputs = decoder.generate(prompts[:1], GenerationConfig(max_new_tokens=MAX_NEW))
+    assert outputs[0].token_ids == references[0]
+    first, *later = outputs[0].rounds
+    assert first.verify_len == 0  # nothing measured yet: the table alone
+    assert decoder.clock.overhead() > 1e-4 and max(r.verify_len for r in later) >= 1
 
 
 def test_eos_inside_an_accepted_block_ends_the_request_there(embedded_target, embedded_drafters, prompts, references):

@@ -82,6 +82,18 @@ def test_causal_budget_shrinks_under_load_and_tokens_follow_min_n_l():
     assert mtp1["tau"] == pytest.approx(1 + (traces.accepted >= 1).float().mean().item(), abs=0.1)
 
 
+
+def test_the_simulated_planner_weighs_admissions_against_the_whole_step():
+    """Survivals 0.5, 0.25, ...; a third verify token makes the forward 25% dearer (10 -> 12.5 ms). Against the
+    forward alone the second draft is not worth it (1.75 / 12.5 < 1.5 / 10 tokens per ms); against a step that
+    also spends 20 ms drafting it is (1.75 / 32.5 > 1.5 / 30), and so is every draft after it."""
+    table = SpsTable.from_probes({1: 100.0, 3: 80.0}, 16)
+    traces = Traces(torch.full((20, GAMMA), 0.5), torch.zeros(20, dtype=torch.long))
+    causal = VerifyLengthPolicy.of("causal", sps=table)
+    assert simulate(cost(table), traces, causal, concurrency=1, steps=5)["verify_budget"] == 1
+    assert simulate(cost(table, base=0.02), traces, causal, concurrency=1, steps=5)["verify_budget"] == GAMMA
+
+
 @pytest.fixture(scope="module")
 def dspark(embedded_target):
     from dspark.models.checkpoint import load_drafter

@@ -1,14 +1,21 @@
-"""What a served round costs, measured online: the overhead the planner adds to the SPS table, and the measured
-curve that refits the table from live traffic.
+"""What a speculative round costs, measured online: the overhead the SPS policies add to the table, and the
+measured curve that refits the table from live traffic. The engine (engine.py) and the SGLang plugin's planner
+(integration/planner.py) plan on the same clock.
 
-Between the starts of two consecutive planned rounds, SGLang drafts, verifies `n` tokens (sum of 1 + l_r),
-samples and schedules; that interval `s` is one sample (n, s) of the whole round's cost.
+A round drafts, verifies `n` tokens (sum of 1 + l_r), accepts and commits; its wall time `s` is one sample
+(n, s) of the whole round's cost. The engine times its own drafting rounds (`add`); SGLang's planner sees only
+its own calls, so it takes the interval between the starts of two consecutive planned rounds (`planned`, then
+`observe` at the next one).
 
     RoundClock   overhead = the smallest of the last WINDOW (s - 1/SPS(n)): what a round spends beyond the
-                 profiled verify forward. Idle gaps and prefill batches between decode rounds only ever add
-                 time, so the minimum errs towards verifying less. causal and lagged plan on
-                 `SpsTable.with_overhead(overhead)`; it depends on earlier rounds only, so admission stays
-                 causal (lossless).
+                 profiled verify forward, the drafting pass above all (on a 2-core CPU a quarter of a
+                 SmolLM2 round). Idle gaps and prefill batches between served rounds only ever add time, so
+                 the minimum errs towards verifying less (as does a table profiled in a slow moment of a
+                 shared machine: its forwards look dearer than they are). causal and lagged plan on
+                 `SpsTable.with_overhead(overhead)`: Algorithm 1 weighs an admission's expected token
+                 against what it adds to the whole round, not to the verify forward alone, which a fixed
+                 drafting cost makes relatively cheaper. It depends on earlier rounds only, so admission
+                 stays causal (lossless).
     RoundCosts   the last WINDOW samples again, for two things:
                  error  how far the planner's cost model is from reality: the median over samples of
                         |1/SPS(n) + overhead - s| / s (the `dspark_sps_table_error_ratio` gauge)
@@ -85,11 +92,16 @@ class RoundClock:
         self.samples: deque = deque(maxlen=self.WINDOW)
         self.last: Optional[tuple[float, int]] = None  # (start time, verify tokens) of the previous round
 
+    def add(self, tokens: int, seconds: float, table: SpsTable) -> None:
+        """A round that verified `tokens` tokens took `seconds`, drafting included."""
+        self.costs.add(tokens, seconds)
+        self.samples.append(seconds - 1.0 / float(table.lookup(torch.tensor([tokens]))[0]))
+
     def observe(self, now: float, table: SpsTable) -> None:
+        """At a planned round's start: the previous planned round took until `now`."""
         if self.last is not None:
             then, tokens = self.last
-            self.costs.add(tokens, now - then)
-            self.samples.append(now - then - 1.0 / float(table.lookup(torch.tensor([tokens]))[0]))
+            self.add(tokens, now - then, table)
 
     def planned(self, now: float, verify_tokens: int) -> None:
         self.last = (now, verify_tokens)

@@ -2,8 +2,7 @@
 and the SPS table's distance from and refit to the measured round times."""
 import pytest
 
-from dspark.integration.round_cost import MIN_PER_BIN, RoundClock, RoundCosts
-from dspark.integration.round_sampler import RoundSampler
+from dspark.models.decoding.round_cost import MIN_PER_BIN, RoundClock, RoundCosts
 from dspark.kernels.sps import SpsTable
 from dspark.models.errors import ConfigError
 
@@ -71,8 +70,3 @@ def test_fit_measures_the_bins_traffic_used_and_scales_the_others():
     with pytest.raises(ConfigError, match="holds 10 rounds; the SPS refit needs at least 11"):
         costs.fit(table, min_samples=11)
 
-
-def test_the_sampler_spreads_rounds_evenly_at_the_live_ratio():
-    sampler = RoundSampler()
-    assert [sampler.take(0.25) for _ in range(8)] == [False, False, False, True] * 2
-    assert all(sampler.take(1.0) for _ in range(3)) and not any(sampler.take(0.0) for _ in range(3))
