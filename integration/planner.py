@@ -47,10 +47,10 @@ import torch
 import torch.distributed
 
 from dspark.integration import calibration, metrics
-from dspark.models.decoding.round_cost import RoundClock
 from dspark.integration.round_sampler import RoundSampler
 from dspark.integration.runtime_state import RuntimeStateStore
 from dspark.models.cache import cache_root
+from dspark.models.decoding.round_cost import RoundClock
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 
 logger = logging.getLogger(__name__)

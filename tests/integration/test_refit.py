@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from dspark.integration import calibration, planner, refit
-from dspark.models.decoding.round_cost import RoundClock
 from dspark.integration.runtime_state import RuntimeStateStore
 from dspark.kernels.sps import SpsTable
+from dspark.models.decoding.round_cost import RoundClock
 from dspark.models.decoding.settings import VerifySettings
 from dspark.models.errors import ConfigError
 

@@ -44,8 +44,8 @@ def probe_pattern(winner: bool, intervals) -> list[bool]:
 
 def test_the_gate_explores_both_then_drafts_only_while_speculation_is_faster():
     # 2 tokens / 100 ms = 20 tok/s against 1 token / 40 ms = 25 tok/s: plain wins; drafting is re-probed (a burst
-    # of SPEC_PROBE_REQUESTS rounds at batch 1) after REPROBE_EVERY rounds, then after twice as many each time it still
-    # loses, up to MAX_REPROBE_EVERY
+    # of SPEC_PROBE_REQUESTS rounds at batch 1) after REPROBE_EVERY rounds, then after twice as many each time it
+    # still loses, up to MAX_REPROBE_EVERY
     intervals = [REPROBE_EVERY * 2 ** i for i in range(6)]
     assert intervals[-1] > MAX_REPROBE_EVERY
     intervals[-1] = MAX_REPROBE_EVERY
