@@ -149,8 +149,9 @@ def test_demo_answers_identically_and_reports_speedup(prompts_file, tmp_path, ca
     plans = report["cpu_linears"]
     if choice == "default":
         assert plans == {"target": {}, "drafter": {}}
-    else:  # every float32 shape of both models probed, at the rows of one request's block; a drafter in bfloat16
-        assert plans["target"]  # (--drafter-dtype auto on a CPU with native bf16) keeps PyTorch's linears
+    else:  # every float32 shape of both models probed, at the rows of one request's block; a bfloat16 drafter
+        # (--drafter-dtype auto on a CPU with native bf16) keeps PyTorch's linears
+        assert plans["target"]
         assert bool(plans["drafter"]) == (report["drafter_dtype"] == "float32")
         assert all(plan == "1-8:weight-major" for model in plans.values() for plan in model.values())
     assert len(report["answers"]) == len(PROMPTS) and all(a["identical_to_target"] for a in report["answers"])
