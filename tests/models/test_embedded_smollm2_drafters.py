@@ -2,7 +2,7 @@
 (embedded/smollm2-{dspark,dflash,eagle3}) and the longer recipe (embedded/smollm2-{dspark,dflash,eagle3}-long),
 the longer recipe's DSpark fine-tuned on self-chat prompts (embedded/smollm2-dspark-chat), and that one trained
 further with its loss over its draft vocabulary (embedded/smollm2-dspark-chat-vocab), then on fresh replies
-(embedded/smollm2-dspark-chat-more).
+(embedded/smollm2-dspark-chat-more), then on the target's greedy replies (embedded/smollm2-dspark-chat-greedy).
 
 The files are checked everywhere (slim, cards, each trio's same data and budget); loading them and proposing a block
 needs the SmolLM2 directory `make setup` provides, and is skipped, with the reason, where it is missing.
@@ -27,7 +27,8 @@ KINDS = ("dspark", "dflash", "eagle3")
 EQUAL_BUDGET_TRIOS = {"1000 steps": KINDS, "longer recipe": tuple(f"{kind}-long" for kind in KINDS)}
 FINE_TUNED = {"dspark-chat": ("dspark", "embedded/smollm2-dspark-long"),  # dir suffix -> (kind, started from)
               "dspark-chat-vocab": ("dspark", "embedded/smollm2-dspark-chat"),
-              "dspark-chat-more": ("dspark", "embedded/smollm2-dspark-chat-vocab")}
+              "dspark-chat-more": ("dspark", "embedded/smollm2-dspark-chat-vocab"),
+              "dspark-chat-greedy": ("dspark", "embedded/smollm2-dspark-chat-more")}
 DRAFTERS = {name: kind for trio in EQUAL_BUDGET_TRIOS.values() for name, kind in zip(trio, KINDS)}  # dir suffix -> kind
 DRAFTERS.update({name: kind for name, (kind, _) in FINE_TUNED.items()})
 SMOLLM2 = target_dir(cache_root())
