@@ -3,12 +3,20 @@
 A probe of B tokens is a verify forward shaped as the engine sends it: R = max(1, round(B / tokens_per_request))
 requests (SGLang's profiler also sweeps requests x draft tokens), each with `context_len` committed tokens in the
 KV cache and B tokens spread over them, through the engine's own TargetRunner (ragged mask, holes). The new slots
-are dropped after each forward, so every repeat sees the same cache. After `warmup` untimed forwards the fastest
-of `repeats` timed ones gives SPS(B) = 1 / min seconds: on a shared machine timing noise only ever slows a
-forward down (a server profiling itself at start may share the CPU with anything). A bigger verify batch is
-never cheaper, so the table is the non-increasing envelope SPS(B) = min over probes B' <= B; a noisy small
-probe cannot then make the allocator believe that verifying more is free. The result is an SpsTable
-(kernels/sps.py), the schema SGLang reads, plus the raw timings for the plot; `load_sps` reads one back.
+are dropped after each forward, so every repeat sees the same cache.
+
+Every probe is set up first; then `warmup` untimed and `repeats` timed passes each run every probe once, smallest
+first. Interleaved, a slow moment of a shared machine (a server profiling itself at start may share the CPU with
+anything) lands on several sizes once each instead of on every repeat of one size.
+
+Timing noise only ever slows a forward down, so each probe's fastest time is an upper bound on its true cost;
+and a bigger verify batch never costs less than a smaller one, so every probe at B' >= B bounds the cost at B
+too. The table keeps the tightest bound, seconds(B) = min over probes B' >= B of their fastest time. (The
+envelope from the other side, SPS(B) = min over B' <= B, passed one slow probe on to every size above it.)
+SmolLM2 on 2 shared cores, four startup profiles of 1-7 tokens, 3 repeats each: the table's 3-token time was
+45/45/45/53 ms this way, 50/47/86/52 ms one size at a time with that envelope, whose 86 ms then stood for every
+size up to 7 and kept the demo's planner at one draft. The result is an SpsTable (kernels/sps.py), the schema
+SGLang reads, plus the raw timings for the plot; `load_sps` reads one back.
 """
 from __future__ import annotations
 
@@ -44,28 +52,30 @@ def probe_shape(batch_tokens: int, tokens_per_request: int) -> torch.Tensor:
     return counts
 
 
-@torch.no_grad()
-def time_probe(model: torch.nn.Module, counts: torch.Tensor, context_len: int, warmup: int, repeats: int,
-               generator: torch.Generator) -> list[float]:
-    """Seconds per verify forward for requests with `counts` new tokens each over `context_len` cached tokens."""
-    runner = TargetRunner(model, len(counts))
-    vocab = model.config.vocab_size
-    context = torch.randint(vocab, (len(counts), context_len), generator=generator).to(runner.device)
-    runner.forward(context, torch.ones_like(context, dtype=torch.bool), last_logits_only=True)
-    runner.commit(torch.ones_like(context, dtype=torch.bool))
-    width = int(counts.max())
-    tokens = torch.randint(vocab, (len(counts), width), generator=generator).to(runner.device)
-    new_valid = (torch.arange(width) < counts[:, None]).to(runner.device)
-    timings = []
-    for i in range(warmup + repeats):
-        synchronize(runner.device)
+class Probe:
+    """One verify-shaped forward, set up once: `counts` [R] new tokens per request over `context_len` cached ones."""
+
+    @torch.no_grad()
+    def __init__(self, model: torch.nn.Module, counts: torch.Tensor, context_len: int, generator: torch.Generator):
+        self.runner = TargetRunner(model, len(counts))
+        vocab, device = model.config.vocab_size, self.runner.device
+        context = torch.randint(vocab, (len(counts), context_len), generator=generator).to(device)
+        self.runner.forward(context, torch.ones_like(context, dtype=torch.bool), last_logits_only=True)
+        self.runner.commit(torch.ones_like(context, dtype=torch.bool))
+        width = int(counts.max())
+        self.tokens = torch.randint(vocab, (len(counts), width), generator=generator).to(device)
+        self.new_valid = (torch.arange(width) < counts[:, None]).to(device)
+
+    @torch.no_grad()
+    def seconds(self) -> float:
+        """Time one forward, then drop its slots: the next call sees the same cache."""
+        synchronize(self.runner.device)
         start = time.perf_counter()
-        runner.forward(tokens, new_valid)
-        synchronize(runner.device)
-        if i >= warmup:
-            timings.append(time.perf_counter() - start)
-        runner.commit(torch.zeros_like(new_valid))  # drop the probe's slots: the next repeat sees the same cache
-    return timings
+        self.runner.forward(self.tokens, self.new_valid)
+        synchronize(self.runner.device)
+        elapsed = time.perf_counter() - start
+        self.runner.commit(torch.zeros_like(self.new_valid))
+        return elapsed
 
 
 def synchronize(device: torch.device) -> None:
@@ -83,14 +93,19 @@ def profile_sps(model: torch.nn.Module, batch_tokens: Sequence[int] = DEFAULT_BA
         raise ConfigError(f"need tokens_per_request >= 1, context_len >= 1, warmup >= 0, repeats >= 1; got "
                           f"{tokens_per_request}, {context_len}, {warmup}, {repeats}")
     generator = torch.Generator().manual_seed(seed)
-    records = []
-    for b in tqdm(sorted(batch_tokens), desc="profiling SPS", unit="probe", disable=not progress):
-        counts = probe_shape(b, tokens_per_request)
-        timings = time_probe(model, counts, context_len, warmup, repeats, generator)
-        records.append({"batch_tokens": b, "requests": len(counts), "median_s": statistics.median(timings),
-                        "min_s": min(timings), "max_s": max(timings)})
-    envelope = itertools.accumulate((1.0 / r["min_s"] for r in records), min)
-    table = SpsTable.from_probes(dict(zip((r["batch_tokens"] for r in records), envelope)))
+    sizes = sorted(batch_tokens)
+    counts = [probe_shape(b, tokens_per_request) for b in sizes]
+    probes = [Probe(model, c, context_len, generator) for c in counts]
+    timings = [[] for _ in sizes]
+    for repeat in tqdm(range(warmup + repeats), desc="profiling SPS", unit="pass", disable=not progress):
+        for probe, seen in zip(probes, timings):
+            seconds = probe.seconds()
+            if repeat >= warmup:
+                seen.append(seconds)
+    records = [{"batch_tokens": b, "requests": len(c), "median_s": statistics.median(t), "min_s": min(t),
+                "max_s": max(t)} for b, c, t in zip(sizes, counts, timings)]
+    bounds = itertools.accumulate(reversed([r["min_s"] for r in records]), min)  # min over B' >= B, largest first
+    table = SpsTable.from_probes({b: 1.0 / s for b, s in zip(reversed(sizes), bounds)})
     return table, records
 
 

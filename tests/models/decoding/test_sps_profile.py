@@ -21,26 +21,37 @@ def test_profile_measures_each_probe(embedded_target):
     assert table.sample_batch_tokens == (1, 8, 24) and table.max_batch_tokens == 24
     assert [r["requests"] for r in records] == [1, 1, 3]
     assert all(0 < r["min_s"] <= r["median_s"] <= r["max_s"] for r in records)
-    fastest = [1 / r["min_s"] for r in records]
-    assert table.sample_steps_per_sec == (fastest[0], min(fastest[:2]), min(fastest))  # non-increasing envelope
+    fastest = [r["min_s"] for r in records]
+    assert table.sample_steps_per_sec == (1 / min(fastest), 1 / min(fastest[1:]), 1 / fastest[2])  # bound from above
 
 
-def test_profile_leaves_no_state_between_repeats(embedded_target):
-    """Every repeat runs against the same cache: the KV length after the probe equals the context."""
+def test_a_slow_probe_is_bounded_by_the_bigger_ones_and_passes_nothing_on(embedded_target, monkeypatch):
+    """Noise only slows a forward: a probe slower than a bigger one takes the bigger one's time, and the sizes
+    above it keep their own."""
+    from dspark.models.decoding import sps_profile
+    seconds = {1: 0.010, 2: 0.050, 3: 0.020, 4: 0.030}  # the 2-token probe ran in a slow moment
+    monkeypatch.setattr(sps_profile.Probe, "seconds", lambda probe: seconds[int(probe.new_valid.sum())])
+    table, records = profile_sps(embedded_target, (1, 2, 3, 4), context_len=4, warmup=0, repeats=2, progress=False)
+    assert [r["min_s"] for r in records] == [0.010, 0.050, 0.020, 0.030]
+    assert [round(1 / s, 6) for s in table.sample_steps_per_sec] == [0.010, 0.020, 0.020, 0.030]
+
+
+def test_passes_interleave_the_probes_and_repeat_over_the_same_cache(embedded_target):
+    """Each pass runs every probe once, smallest first; every forward sees only its probe's context."""
     from dspark.models.decoding import sps_profile
     seen = []
     original = sps_profile.TargetRunner.forward
 
     def spy(self, tokens, new_valid, **kwargs):
-        seen.append(self.valid.shape[1])
+        seen.append((int(new_valid.sum()), self.valid.shape[1]))
         return original(self, tokens, new_valid, **kwargs)
 
     sps_profile.TargetRunner.forward = spy
     try:
-        sps_profile.time_probe(embedded_target, torch.tensor([3, 2]), 10, 1, 3, torch.Generator())
+        profile_sps(embedded_target, (3, 1), context_len=10, warmup=1, repeats=2, progress=False)
     finally:
         sps_profile.TargetRunner.forward = original
-    assert seen == [0, 10, 10, 10, 10]  # the prefill, then warm-up + repeats all over 10 cached slots
+    assert seen == [(10, 0), (10, 0)] + [(1, 10), (3, 10)] * 3  # two prefills, then warm-up + repeats
 
 
 def test_cli_writes_table_and_plot(tmp_path, capsys):
