@@ -52,7 +52,7 @@ bench-sched: setup
 # About 20-26 minutes on two idle cores (the SPS profile up to 224 tokens, then 24 runs: no-spec and 7 policies at
 # concurrency 1, 8 and 32; 64 requests at 32).
 bench-sched-smollm2: setup
-	$(DSPARK) bench-sched --target $(SMOLLM2) --drafter embedded/smollm2-dspark-long \
+	$(DSPARK) bench-sched --target $(SMOLLM2) --drafter embedded/smollm2-dspark-chat-vocab \
 		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 8 --concurrency 1 8 32 \
 		--simulate-to 1024 --max-new-tokens 48 --threads $(BENCH_SCHED_THREADS) --out bench/results/sched-smollm2
 BENCH_SCHED_THREADS ?= 2
