@@ -2,7 +2,6 @@
 import json
 
 import pytest
-import torch
 
 from dspark.models.decoding.sps_profile import load_sps, probe_shape, probe_sizes, profile_sps
 from dspark.models.errors import ConfigError
