@@ -21,7 +21,6 @@ rounds). The result is an SpsTable (kernels/sps.py), the schema SGLang reads, pl
 """
 from __future__ import annotations
 
-import itertools
 import json
 import statistics
 import time
@@ -105,8 +104,8 @@ def profile_sps(model: torch.nn.Module, batch_tokens: Sequence[int] = DEFAULT_BA
                 seen.append(seconds)
     records = [{"batch_tokens": b, "requests": len(c), "median_s": statistics.median(t), "min_s": min(t),
                 "max_s": max(t)} for b, c, t in zip(sizes, counts, timings)]
-    bounds = itertools.accumulate(reversed([r["min_s"] for r in records]), min)  # min over B' >= B, largest first
-    table = SpsTable.from_probes({b: 1.0 / s for b, s in zip(reversed(sizes), bounds)})
+    fastest = [r["min_s"] for r in records]
+    table = SpsTable.from_probes({b: 1.0 / min(fastest[i:]) for i, b in enumerate(sizes)})  # min over B' >= B
     return table, records
 
 
