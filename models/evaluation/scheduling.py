@@ -1,4 +1,4 @@
-"""Throughput under load: continuous batching in the reference engine, one run per (policy, concurrency).
+"""Throughput under load: continuous batching in the reference engine, `repeats` runs per (policy, concurrency).
 
 At concurrency C the engine keeps at most C requests running (SpeculativeDecoder.generate(max_running=C));
 the run decodes max(min_requests, requests_per_slot * C) requests cycled from a fixed prompt set, so the batch
@@ -19,6 +19,12 @@ Every measure_load decodes a no-speculation run (NO_SPEC: the target alone, the 
 at each concurrency in the same session, so each policy is compared with plain decoding measured under the
 same machine load; both paths are warmed up first so neither pays first-call allocations inside a run.
 
+A shared 2-core VM's speed drifts and spikes between runs by as much as the effects measured (one run each put
+plain-decoding rows at 0.92-1.15x of no-spec), so each (policy, concurrency) runs `repeats` times. Each repeat
+runs no-spec and every policy back to back at one concurrency, in an order rotated by one each repeat; a row
+pools its runs (pooled): goodput_runs lists each run's goodput, goodput_tok_s is their median, and vs_no_spec
+is the median of the repeats' paired ratios, goodput_runs[i] / no-spec's goodput_runs[i] (vs_no_spec_runs).
+
 Rounds decoded with every draft verified (the `fixed` policy) also yield acceptance traces for the simulator:
 per request-round, the calibrated confidences c_1..c_gamma and n, the drafts accepted with all gamma verified.
 Verifying only l of them would have accepted min(n, l): the acceptance tests of the first l positions are the
@@ -26,6 +32,7 @@ same tests.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
@@ -50,12 +57,15 @@ class LoadSettings:
     min_requests: int = 16
     config: GenerationConfig = GenerationConfig()
     seed: int = 0
+    repeats: int = 1
 
     def __post_init__(self) -> None:
         if not self.concurrency or min(self.concurrency) < 1:
             raise ConfigError(f"concurrency levels must be >= 1, got {list(self.concurrency)}")
         if self.requests_per_slot < 1 or self.min_requests < 1:
             raise ConfigError("requests_per_slot and min_requests must be >= 1")
+        if self.repeats < 1:
+            raise ConfigError(f"repeats must be >= 1, got {self.repeats}")
 
     def requests(self, concurrency: int) -> int:
         return max(self.min_requests, self.requests_per_slot * concurrency)
@@ -119,26 +129,60 @@ def measure_load(target: torch.nn.Module, drafter: Drafter, prompts: Sequence[Li
     decoders |= {name: SpeculativeDecoder(target, drafter, policy, sts_temperatures, drafting)
                  for name, policy in policies.items()}
     warm_up(list(decoders.values()), prompts[:2], settings.config, settings.seed, max_running=2)
-    rows, traces = [], []
+    runs, traces = {}, []
     # every policy at one concurrency runs next to that concurrency's no-spec run, so a slow drift in the
-    # machine's speed does not favour whichever policy happens to be measured first
-    runs = [(name, c) for c in settings.concurrency for name in decoders]
-    for name, concurrency in tqdm(runs, desc="bench-sched", unit="run"):
+    # machine's speed does not favour whichever policy happens to be measured first; rotating the order each
+    # repeat moves each policy's place relative to no-spec
+    names = list(decoders)
+    order = [(names[(i + repeat) % len(names)], c) for c in settings.concurrency for repeat in range(settings.repeats)
+             for i in range(len(names))]
+    for name, concurrency in tqdm(order, desc="bench-sched", unit="run"):
         metrics, generations = measure_level(decoders[name], prompts, concurrency, settings)
-        rows.append({"policy": name, **metrics})
+        runs.setdefault((name, concurrency), []).append(metrics)
         policy = policies.get(name)
         if policy is not None and policy.name == "fixed" and policy.settings.max_verify_length is None:
             traces.append(full_length_traces(generations, drafter.config.gamma, sts_temperatures))
     traces = [t for t in traces if t is not None]
     merged = Traces(torch.cat([t.confidence for t in traces]), torch.cat([t.accepted for t in traces])) \
         if traces else None
-    rows.sort(key=lambda row: list(decoders).index(row["policy"]))  # stable: by policy, then concurrency
+    rows = [{"policy": name, **pooled(runs[(name, c)])} for name in names for c in settings.concurrency]
     return with_no_spec_ratio(rows), merged
 
 
+def pooled(runs: List[dict]) -> dict:
+    """One row from the repeated runs of one (policy, concurrency) (measure_level metrics, in run order): the
+    median run's goodput, every run's goodput, and the counts and per-round means over all their rounds."""
+    slots = sum(r["request_rounds"] for r in runs)
+    requests = sum(r["requests"] for r in runs)
+    rounds = [x for r in runs for x in r["rounds"]]
+    return {
+        "concurrency": runs[0]["concurrency"], "requests": requests, "tokens": sum(r["tokens"] for r in runs),
+        "wall_s": sum(r["wall_s"] for r in runs),
+        "goodput_tok_s": statistics.median(r["goodput_tok_s"] for r in runs),
+        "goodput_runs": [r["goodput_tok_s"] for r in runs],
+        "verify_budget": sum(r["verify_budget"] * r["request_rounds"] for r in runs) / max(slots, 1),
+        "tau": sum(r["tau"] * r["request_rounds"] for r in runs) / max(slots, 1),
+        "request_tok_s": sum(r["request_tok_s"] * r["requests"] for r in runs) / requests,
+        "admission_s": sum(r["admission_s"] for r in runs),
+        "request_rounds": slots,
+        "accepted_histogram": [sum(counts) for counts in zip(*(r["accepted_histogram"] for r in runs))],
+        "drafted_share": sum(x[3] for x in rounds) / max(len(rounds), 1),
+        "rounds": rounds,
+    }
+
+
 def with_no_spec_ratio(rows: List[dict]) -> List[dict]:
-    """Each row plus vs_no_spec = goodput / the NO_SPEC row's goodput at its concurrency (None without one);
-    measured and simulated rows each need their own NO_SPEC rows."""
-    plain = {r["concurrency"]: r["goodput_tok_s"] for r in rows if r["policy"] == NO_SPEC}
-    return [{**r, "vs_no_spec": r["goodput_tok_s"] / plain[r["concurrency"]] if r["concurrency"] in plain else None}
-            for r in rows]
+    """Each row plus vs_no_spec, its goodput over the NO_SPEC row's at its concurrency (None without one);
+    measured and simulated rows each need their own NO_SPEC rows. Rows pooled from repeats (goodput_runs) pair
+    run i with no-spec's run i and take the median of those ratios (vs_no_spec_runs)."""
+    plain = {r["concurrency"]: r for r in rows if r["policy"] == NO_SPEC}
+    return [{**r, **no_spec_ratio(r, plain.get(r["concurrency"]))} for r in rows]
+
+
+def no_spec_ratio(row: dict, plain: Optional[dict]) -> dict:
+    if plain is None:
+        return {"vs_no_spec": None}
+    if "goodput_runs" not in row:
+        return {"vs_no_spec": row["goodput_tok_s"] / plain["goodput_tok_s"]}
+    paired = [a / b for a, b in zip(row["goodput_runs"], plain["goodput_runs"], strict=True)]
+    return {"vs_no_spec": statistics.median(paired), "vs_no_spec_runs": paired}

@@ -51,6 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of every (policy, concurrency), in rotating order: the median is reported")
     parser.add_argument("--threshold", type=float, default=0.3, help="the threshold policy's survival threshold")
     parser.add_argument("--sps-table", type=Path, default=None, help="SPS JSON (default: profile the target now)")
     add_drafting_arg(parser)
@@ -81,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     prompts = [encode_chat(target.tokenizer, text) for text in load_prompts(args.prompts_file, args.limit)]
     settings = LoadSettings(tuple(sorted(set(args.concurrency))),
                             config=GenerationConfig(args.max_new_tokens, sampling, target.eos_token_ids),
-                            seed=args.seed)
+                            seed=args.seed, repeats=args.repeats)
     args.out.mkdir(parents=True, exist_ok=True)
     sps = load_sps(args.sps_table) if args.sps_table is not None else profiled_sps(target.model, settings, gamma, args.out)
     chosen = policies(sps, gamma, args.threshold)
@@ -92,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
     simulated = simulate_all(measured, traces, chosen, sps, gamma, args.simulate_to, args.seed)
     report = {"target": str(args.target), "drafter": str(args.drafter), "gamma": gamma,
               "sampling": vars(sampling), "max_new_tokens": args.max_new_tokens, "threads": args.threads,
-              "drafting": args.drafting, "drafter_dtype": dtype_name(drafter), "sps_table": sps.to_json(),
-              "simulated": simulated,
+              "repeats": args.repeats, "drafting": args.drafting, "drafter_dtype": dtype_name(drafter),
+              "sps_table": sps.to_json(), "simulated": simulated,
               "measured": [{k: v for k, v in row.items() if k != "rounds"} for row in measured],
               "checks": checks(measured)}
     (args.out / "sched.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -196,13 +198,18 @@ def markdown(measured: list, simulated: list) -> str:
         f"{r['tau']:.2f} | {drafted(r)} | {r['request_tok_s']:.1f} | {r.get('source', 'measured')} |\n"
         for r in measured + [s for s in simulated if s["concurrency"] > top])
     return head + body + (f"\nvs no-spec: goodput over the {NO_SPEC} row's at the same concurrency, measured in the "
-                          f"same run ({SIMULATION} rows: over the simulated {NO_SPEC}). Rows marked {SIMULATION} come "
-                          "from the simulator, not from running the engine; it models every policy drafting every "
-                          "round.\n")
+                          f"same run ({SIMULATION} rows: over the simulated {NO_SPEC}); with repeats, goodput is the "
+                          "median run's and vs no-spec the median of the repeats' paired ratios (their range in "
+                          f"brackets). Rows marked {SIMULATION} come from the simulator, not from running the engine; "
+                          "it models every policy drafting every round.\n")
 
 
 def ratio(row: dict) -> str:
-    return f"{row['vs_no_spec']:.2f}x" if row.get("vs_no_spec") is not None else "n/a"
+    """The ratio to no-spec, with the spread of the repeats' paired ratios when there are several."""
+    if row.get("vs_no_spec") is None:
+        return "n/a"
+    runs = row.get("vs_no_spec_runs", [])
+    return f"{row['vs_no_spec']:.2f}x" + (f" ({min(runs):.2f}-{max(runs):.2f})" if len(runs) > 1 else "")
 
 
 def drafted(row: dict) -> str:

@@ -7,6 +7,8 @@ import torch
 from dspark.kernels.sps import SpsTable
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
+from dspark.models.errors import ConfigError
+from dspark.models.evaluation import scheduling
 from dspark.models.evaluation.scheduling import (NO_SPEC, LoadSettings, Traces, full_length_traces, measure_level,
                                                  with_no_spec_ratio)
 from dspark.models.evaluation.simulate import SIMULATION, CostModel, extend_sps, fit_cost, simulate, simulate_no_spec
@@ -116,6 +118,43 @@ def test_measured_level_and_traces(embedded_target, dspark, prompts):
     assert (traces.accepted <= dspark.config.gamma).all()
 
 
+def test_repeats_rotate_the_order_and_pair_each_policy_with_that_repeats_no_spec(
+        embedded_target, dspark, prompts, monkeypatch):
+    """Three repeats at one concurrency while the machine's speed changes between them (1, then 0.5, then 0.8):
+    each repeat runs every decoder once, starting one later each time, and a row's ratio to no-spec is the median
+    of its per-repeat ratios, which the drift leaves at the policy's true 1.2x, although its median run (0.96
+    tok/s) over no-spec's (1.0) is 0.96x."""
+    speed = {0: 1.0, 1: 0.5, 2: 0.8}
+    calls = []
+
+    def fake_level(decoder, prompts, concurrency, settings):
+        repeat = len(calls) // 2
+        calls.append(decoder.drafter is not None)
+        goodput = speed[repeat] * (1.2 if decoder.drafter is not None else 1.0)
+        metrics = {"concurrency": concurrency, "requests": 4, "tokens": 40, "wall_s": 40 / goodput,
+                   "goodput_tok_s": goodput, "verify_budget": 1.0 + repeat, "tau": 1.5, "request_tok_s": goodput,
+                   "admission_s": 0.1, "request_rounds": 10 * (repeat + 1), "accepted_histogram": [repeat, 1],
+                   "rounds": [[4, 8, 0.1, repeat % 2]]}
+        return metrics, []
+
+    monkeypatch.setattr(scheduling, "measure_level", fake_level)
+    settings = LoadSettings((2,), config=GenerationConfig(max_new_tokens=2), repeats=3)
+    rows, _ = scheduling.measure_load(embedded_target, dspark, prompts, {"mtp1": VerifyLengthPolicy.of("mtp1")},
+                                      settings)
+    assert calls == [False, True, True, False, False, True]  # no-spec first, then second, then first again
+    plain, mtp1 = rows
+    assert (plain["policy"], mtp1["policy"]) == (NO_SPEC, "mtp1")
+    assert mtp1["goodput_runs"] == pytest.approx([1.2, 0.6, 0.96]) and mtp1["goodput_tok_s"] == pytest.approx(0.96)
+    assert mtp1["vs_no_spec_runs"] == pytest.approx([1.2] * 3) and mtp1["vs_no_spec"] == pytest.approx(1.2)
+    assert plain["vs_no_spec"] == 1.0 and plain["goodput_tok_s"] == pytest.approx(0.8)
+    # counts add up; per-round means weigh each run by its request-rounds; the share drafted is over all rounds
+    assert (mtp1["requests"], mtp1["tokens"], mtp1["request_rounds"]) == (12, 120, 60)
+    assert mtp1["verify_budget"] == pytest.approx((1 * 10 + 2 * 20 + 3 * 30) / 60)
+    assert mtp1["accepted_histogram"] == [3, 3] and mtp1["drafted_share"] == pytest.approx(1 / 3)
+    with pytest.raises(ConfigError, match="repeats must be >= 1"):
+        LoadSettings((2,), repeats=0)
+
+
 def check_histogram(row: dict, gamma: int) -> None:
     """A run's accepted-length histogram against the engine's own round counts (BatchRound): it covers every
     request-round once and its weighted sum is the drafts accepted, i.e. tau * rounds - rounds."""
@@ -131,16 +170,23 @@ def test_bench_sched_command_writes_measured_and_simulated_rows(tmp_path, capsys
     out = tmp_path / "sched"
     assert main(["bench-sched", "--target", str(EMBEDDED_TARGET), "--drafter", str(EMBEDDED / "dspark"),
                  "--prompts-file", str(prompts), "--concurrency", "1", "2", "--simulate-to", "8",
-                 "--max-new-tokens", "16", "--threads", "1", "--out", str(out)]) == 0
+                 "--max-new-tokens", "16", "--threads", "1", "--repeats", "2", "--out", str(out)]) == 0
     report = json.loads((out / "sched.json").read_text())
+    assert report["repeats"] == 2
     assert {(r["policy"], r["concurrency"]) for r in report["measured"]} >= {("causal", 1), ("lagged", 2), ("mtp1", 2)}
     assert {r["concurrency"] for r in report["simulated"]} == {1, 2, 4, 8}
     assert all(r["source"] == SIMULATION for r in report["simulated"])
     for rows, levels in ((report["measured"], {1, 2}), (report["simulated"], {1, 2, 4, 8})):
         plain = {r["concurrency"]: r for r in rows if r["policy"] == NO_SPEC}
         assert set(plain) == levels and all(r["vs_no_spec"] == 1.0 and r["tau"] == 1.0 for r in plain.values())
-        assert all(r["vs_no_spec"] == pytest.approx(r["goodput_tok_s"] / plain[r["concurrency"]]["goodput_tok_s"])
-                   for r in rows)
+    simulated_plain = {r["concurrency"]: r["goodput_tok_s"] for r in report["simulated"] if r["policy"] == NO_SPEC}
+    assert all(r["vs_no_spec"] == pytest.approx(r["goodput_tok_s"] / simulated_plain[r["concurrency"]])
+               for r in report["simulated"])
+    measured_plain = {r["concurrency"]: r["goodput_runs"] for r in report["measured"] if r["policy"] == NO_SPEC}
+    for row in report["measured"]:  # two runs each, the ratio paired run by run
+        paired = [a / b for a, b in zip(row["goodput_runs"], measured_plain[row["concurrency"]])]
+        assert len(paired) == 2 and row["vs_no_spec"] == pytest.approx(sum(paired) / 2)
+        assert row["goodput_tok_s"] == pytest.approx(sum(row["goodput_runs"]) / 2)
     assert report["drafting"] == "auto"  # the default: the policies run behind the drafting gate
     for row in report["measured"]:
         check_histogram(row, 0 if row["policy"] == NO_SPEC else report["gamma"])
