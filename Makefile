@@ -49,7 +49,7 @@ bench-sched: setup
 
 # The same on SmolLM2-135M-Instruct, whose verify forward dominates a round on this CPU (the embedded target's
 # drafter costs about as much as the target itself, so no allocation policy can change its goodput much).
-# About 75 minutes on two idle cores (the SPS profile up to 224 tokens, then 3 repeats of 24 runs: no-spec and 7
+# About 70 minutes on two idle cores (the SPS profile up to 224 tokens, then 3 repeats of 24 runs: no-spec and 7
 # policies at concurrency 1, 8 and 32; 64 requests at 32).
 bench-sched-smollm2: setup
 	$(DSPARK) bench-sched --target $(SMOLLM2) --drafter embedded/smollm2-dspark-chat-vocab \

@@ -123,8 +123,8 @@ def measure_load(target: torch.nn.Module, drafter: Drafter, prompts: Sequence[Li
                  policies: Dict[str, VerifyLengthPolicy], settings: LoadSettings,
                  sts_temperatures: Optional[torch.Tensor] = None,
                  drafting: str = "always") -> tuple[List[dict], Optional[Traces]]:
-    """NO_SPEC and every policy (drafting: the drafting gate's mode) at every concurrency, with a progress bar:
-    (one metrics row per run, with vs_no_spec; traces)."""
+    """NO_SPEC and every policy (drafting: the drafting gate's mode) at every concurrency, settings.repeats times,
+    with a progress bar: (one row per (policy, concurrency), its runs pooled, with vs_no_spec; traces)."""
     decoders = {NO_SPEC: SpeculativeDecoder(target)}
     decoders |= {name: SpeculativeDecoder(target, drafter, policy, sts_temperatures, drafting)
                  for name, policy in policies.items()}
