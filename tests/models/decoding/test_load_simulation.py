@@ -121,9 +121,8 @@ def test_measured_level_and_traces(embedded_target, dspark, prompts):
 def test_repeats_rotate_the_order_and_pair_each_policy_with_that_repeats_no_spec(
         embedded_target, dspark, prompts, monkeypatch):
     """Three repeats at one concurrency while the machine's speed changes between them (1, then 0.5, then 0.8):
-    each repeat runs every decoder once, starting one later each time, and a row's ratio to no-spec is the median
-    of its per-repeat ratios, which the drift leaves at the policy's true 1.2x, although its median run (0.96
-    tok/s) over no-spec's (1.0) is 0.96x."""
+    each repeat runs every decoder once, starting one later each time; a row's goodput is its median run and its
+    ratio to no-spec the median of its per-repeat ratios, which the drift leaves at the policy's true 1.2x."""
     speed = {0: 1.0, 1: 0.5, 2: 0.8}
     calls = []
 
