@@ -45,6 +45,7 @@ from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.drafters.base import Drafter
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.acceptance import accepted_histogram
+from dspark.models.evaluation.paired import paired_ratio
 from dspark.models.evaluation.run import warm_up
 
 NO_SPEC = "no-spec"  # the target alone: every round verifies only the anchor
@@ -184,5 +185,5 @@ def no_spec_ratio(row: dict, plain: Optional[dict]) -> dict:
         return {"vs_no_spec": None}
     if "goodput_runs" not in row:
         return {"vs_no_spec": row["goodput_tok_s"] / plain["goodput_tok_s"]}
-    paired = [a / b for a, b in zip(row["goodput_runs"], plain["goodput_runs"], strict=True)]
-    return {"vs_no_spec": statistics.median(paired), "vs_no_spec_runs": paired}
+    ratio, paired = paired_ratio(row["goodput_runs"], plain["goodput_runs"])
+    return {"vs_no_spec": ratio, "vs_no_spec_runs": paired}

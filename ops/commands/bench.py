@@ -13,11 +13,12 @@ Two phases, both on the reference engine (models/decoding):
    as "<kind>+causal", verification lengths from the causal allocator (Algorithm 1) on the SPS curve profiled
    at start. Greedy makes every run emit the same tokens, so tokens/s compare like for like; the output is
    checked to equal the target's own. The speculative speed runs use --drafting (auto: the drafting gate skips
-   the drafter while plain decoding is faster); every ratio is to the "none" run of the same batch size, in
-   the same invocation, so both ran under the same machine load. Each decoder is warmed up untimed; then the
-   decoders take turns batch by batch, in a rotating order, --speed-repeats times over, and tokens/s is from
-   the median repeat: a shared VM's speed drifts by about +-5% within minutes, as much as the differences
-   measured, and taking turns spreads that drift over every decoder alike.
+   the drafter while plain decoding is faster). Each decoder is warmed up untimed; then the decoders take turns
+   batch by batch, in a rotating order, --speed-repeats times over. tokens/s is the median repeat's, and every
+   ratio is to the "none" run of the same batch size and invocation: the median of the repeats' paired ratios,
+   printed with their range (models/evaluation/paired.py), because a shared VM's speed drifts by 5-30% within
+   minutes, as much as the differences measured. "none-again" is the target alone a second time, in the same
+   turns: its ratio to "none" is how far this run's noise alone moves a ratio.
 Every run records its accepted-length histogram (rounds by drafts accepted, models/evaluation/acceptance.py).
 Writes <out>/bench.json, bench.md (the tables) and plots: tau by dataset, acceptance by position, tokens/s,
 accepted lengths.
@@ -45,11 +46,14 @@ from dspark.models.decoding.verify_length import VerifyLengthPolicy  # noqa: E40
 from dspark.models.errors import ConfigError  # noqa: E402
 from dspark.models.evaluation.acceptance import acceptance_summary  # noqa: E402
 from dspark.models.evaluation.datasets import encode_chat, load_prompts  # noqa: E402
+from dspark.models.evaluation.paired import format_ratio, paired_ratio  # noqa: E402
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, save  # noqa: E402
 from dspark.models.evaluation.run import EvalSettings, evaluate, warm_up  # noqa: E402
 from dspark.ops.commands.decoding_args import (add_drafter_dtype_arg, add_drafting_arg,  # noqa: E402
                                               add_cpu_linears_arg, add_draft_vocab_arg, draft_vocab_size,
                                               dtype_name, startup_sps)
+
+NO_SPEC_RUNS = ("none", "none-again")  # the target alone, and once more as the run's noise floor
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -142,9 +146,8 @@ def speed_phase(target, drafters: dict, encoded: dict, args) -> dict:
     results = {}
     for batch_size in args.batch_sizes:
         config = GenerationConfig(args.speed_tokens, GREEDY, target.eos_token_ids)
-        runs = {"none": SpeculativeDecoder(target.model)} | {k: SpeculativeDecoder(target.model, d,
-                                                                                   drafting=args.drafting)
-                                                              for k, d in drafters.items()}
+        runs = {kind: SpeculativeDecoder(target.model) for kind in NO_SPEC_RUNS}
+        runs |= {k: SpeculativeDecoder(target.model, d, drafting=args.drafting) for k, d in drafters.items()}
         runs |= {f"{k}+causal": SpeculativeDecoder(target.model, d, VerifyLengthPolicy.of("causal", sps=sps),
                                                    drafting=args.drafting) for k, d in aware.items()}
         warm_up(list(runs.values()), mixed[:batch_size], config, args.seed)
@@ -156,10 +159,12 @@ def speed_phase(target, drafters: dict, encoded: dict, args) -> dict:
             summary = acceptance_summary(outputs[kind], gamma)  # the last repeat's rounds
             tokens = sum(len(g.token_ids) for g in outputs[kind])
             row[kind] = {"tokens_per_s": tokens / statistics.median(walls[kind]), "walls_s": walls[kind],
+                         "tokens_per_s_runs": [tokens / wall for wall in walls[kind]],
                          "identical_to_target": identical[kind],
                          **{k: summary[k] for k in ("tau", "rounds", "accepted_drafts", "accepted_histogram")}}
         for kind in runs:
-            row[kind]["speedup"] = row[kind]["tokens_per_s"] / row["none"]["tokens_per_s"]
+            speedup, paired = paired_ratio(row[kind]["tokens_per_s_runs"], row["none"]["tokens_per_s_runs"])
+            row[kind] |= {"speedup": speedup, "speedup_runs": paired}
         results[str(batch_size)] = row
     return results
 
@@ -197,11 +202,14 @@ def tables(report: dict) -> str:
         lines.append(f"| {kind} | " + " | ".join(cells) + f" | **{result['macro_tau']:.3f}** |")
     runs = [k for k in next(iter(speed.values())) if k != "none"]
     drafting = report["settings"]["drafting"]
-    lines += ["", f"### {report['target']}: greedy tokens/s (ratio to none, no speculation, measured in the same "
-              f"run at the same batch size; speculative runs drafting {drafting})", "",
+    lines += ["", f"### {report['target']}: greedy tokens/s, ratio to none (no speculation, measured in the same "
+              f"run at the same batch size: the median of the repeats' paired ratios, their range in brackets; "
+              f"none-again is the target alone once more; speculative runs drafting {drafting})", "",
               "| batch | none | " + " | ".join(runs) + " |", "|---" * (len(runs) + 2) + "|"]
     for batch_size, row in speed.items():
-        cells = [f"{row[k]['tokens_per_s']:.1f} ({row[k]['speedup']:.2f}x)" for k in ["none"] + runs]
+        cells = [f"{row['none']['tokens_per_s']:.1f}"]
+        cells += [f"{row[k]['tokens_per_s']:.1f}, {format_ratio(row[k]['speedup'], row[k]['speedup_runs'])}"
+                  for k in runs]
         lines.append(f"| {batch_size} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -211,7 +219,8 @@ def write_plots(report: dict, out: Path) -> None:
     names = list(next(iter(tau.values()))["datasets"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.8 / len(tau)
-    colors = {"none": "gray"} | {kind: f"C{i}" for i, kind in enumerate(tau)}  # one colour per drafter, both panels
+    # one colour per drafter, in both panels
+    colors = {"none": "gray", "none-again": "silver"} | {kind: f"C{i}" for i, kind in enumerate(tau)}
     for i, (kind, result) in enumerate(tau.items()):
         xs = [j + i * width for j in range(len(names) + 1)]
         axes[0].bar(xs, [result["datasets"][n]["tau"] for n in names] + [result["macro_tau"]], width, label=kind,
@@ -243,12 +252,12 @@ def write_plots(report: dict, out: Path) -> None:
 
 
 def accepted_length_panels(report: dict) -> dict:
-    """The tau phase pooled over datasets, and the speed runs at the first batch size (none left out: it never
-    drafts, so its histogram is all at 0 accepted)."""
+    """The tau phase pooled over datasets, and the speed runs at the first batch size (none and none-again left
+    out: they never draft, so their histograms are all at 0 accepted)."""
     tau = {kind: [sum(column) for column in zip(*(d["accepted_histogram"] for d in r["datasets"].values()))]
            for kind, r in report["tau"].items()}
     first = next(iter(report["speed"]))
-    speed = {kind: r["accepted_histogram"] for kind, r in report["speed"][first].items() if kind != "none"}
+    speed = {kind: r["accepted_histogram"] for kind, r in report["speed"][first].items() if kind not in NO_SPEC_RUNS}
     drafting = report["settings"]["drafting"]
     return {"tau phase (T=1, every draft verified)": tau, f"speed, batch {first} (greedy, drafting {drafting})": speed}
 

@@ -32,6 +32,7 @@ from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sp
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
+from dspark.models.evaluation.paired import format_ratio
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_load, plot_sps
 from dspark.models.evaluation.scheduling import NO_SPEC, LoadSettings, measure_load, with_no_spec_ratio
 from dspark.models.evaluation.simulate import SIMULATION, extend_sps, fit_cost, simulate, simulate_no_spec
@@ -208,8 +209,7 @@ def ratio(row: dict) -> str:
     """The ratio to no-spec, with the spread of the repeats' paired ratios when there are several."""
     if row.get("vs_no_spec") is None:
         return "n/a"
-    runs = row.get("vs_no_spec_runs", [])
-    return f"{row['vs_no_spec']:.2f}x" + (f" ({min(runs):.2f}-{max(runs):.2f})" if len(runs) > 1 else "")
+    return format_ratio(row["vs_no_spec"], row.get("vs_no_spec_runs", []))
 
 
 def drafted(row: dict) -> str:
