@@ -28,10 +28,25 @@ drafter off for the next 16-64 rounds. Speculation is therefore measured over 8 
 token every round; only its time varies) over 4: `make demo` 1.21x against 1.15x over six alternating pairs, with
 the engine's whole-round planner (bench/results/smollm2/whole_round_planning). The longer burst costs a drafter that
 loses badly a little more: replaying a traced demo with every speculative round twice as slow (0.63x when always
-drafting), ~1000 tokens at batch 1 end at 0.96x against 0.98x with bursts of 4. Each re-probe
-that leaves the verdict as it was doubles the wait, up to MAX_REPROBE_EVERY; a changed verdict starts again at
-REPROBE_EVERY. A re-probe of a losing drafter costs a few speculative rounds (2-3 decode steps each on a CPU), so a
-fixed interval of 16 would cost up to ~8%; the backoff keeps that to a few percent.
+drafting), ~1000 tokens at batch 1 end at 0.96x against 0.98x with bursts of 4.
+
+Each re-probe that leaves the verdict as it was doubles the wait, up to MAX_REPROBE_EVERY; a changed verdict starts
+again at REPROBE_EVERY. Once a verdict has held through two re-probes, the wait is also stretched until re-probing
+costs at most PROBE_COST of the time. A burst of n losing rounds of s_lose seconds each does a share
+f = 1 - rate_lose / rate_win less work than the winner would have done in that time, so it wastes f * n * s_lose
+seconds; spread over `wait` winning rounds of s_win seconds that is at most PROBE_COST when
+
+    wait  >=  f * n * s_lose / (PROBE_COST * s_win)
+
+A drafter that loses narrowly is re-probed as often as doubling alone would, one that loses by far sooner waits the
+longest: on the embedded target, whose drafters cost about as much as it does, a drafting round costs ~3 plain
+rounds. Replayed through this gate on synthetic rounds at batch 1 (150 seeds, the machine's speed drifting +-15%
+every 60 rounds, after a warm-up of 64), such a drafter (tau 1.6, 0.62x when always drafting) ran at 0.933x of plain
+decoding over 500 tokens and 0.952x over 1536 with doubling alone (up to 256), and at 0.965x and 0.976x with the
+stretch; a drafter that loses narrowly (0.87x) went from 0.981x to 0.984x, and a winning one (1.36x) stayed at
+1.32x. Stretching after the first confirming re-probe already gained more for the losing drafter (0.982x over 500
+tokens) but cost the winning one 1% (1.315x): one unlucky stretch of a winning drafter's rounds can turn the
+verdict to plain decoding and a re-probe confirm it, and the stretch would then keep the drafter off for long.
 
 Skipping drafting changes how many tokens a round commits, never which: a plain round verifies the anchor alone,
 which is ordinary decoding from the target (greedy identity and the sampled distribution hold either way).
@@ -55,7 +70,8 @@ WINDOW_REQUESTS = 16
 SPEC_PROBE_REQUESTS = 8
 PLAIN_PROBE_REQUESTS = 4
 REPROBE_EVERY = 16
-MAX_REPROBE_EVERY = 256
+MAX_REPROBE_EVERY = 1024
+PROBE_COST = 0.02
 
 
 def rounds_for(requests: int, batch_size: int) -> int:
@@ -83,6 +99,9 @@ class Measured:
         seconds = sum(s for s, _ in self.rounds)
         return sum(t for _, t in self.rounds) / seconds if seconds else float("inf")
 
+    def round_seconds(self) -> float:
+        return sum(s for s, _ in self.rounds) / len(self.rounds)
+
 
 @dataclass
 class Sides:
@@ -96,6 +115,13 @@ class Sides:
 
     def drafting_wins(self) -> bool:
         return self.spec.rate() >= self.plain.rate()
+
+    def costly_wait(self, batch_size: int) -> float:
+        """Winning rounds between re-probes for re-probing the loser to cost PROBE_COST of the time."""
+        win, lose = (self.spec, self.plain) if self.drafting_wins() else (self.plain, self.spec)
+        wasted = 1.0 - lose.rate() / win.rate()
+        burst = probe_rounds(lose is self.spec, batch_size)
+        return wasted * burst * lose.round_seconds() / (PROBE_COST * win.round_seconds())
 
 
 @dataclass
@@ -119,18 +145,26 @@ class DraftingGate:
         if not known:  # explore: speculative rounds first, then plain ones
             here = self.sizes.get(batch_size, Sides())
             return len(here.spec.rounds) < probe_rounds(True, batch_size)
-        winner = self.sizes[min(known, key=lambda size: (abs(size - batch_size), size))].drafting_wins()
+        sides = self.sizes[min(known, key=lambda size: (abs(size - batch_size), size))]
+        winner = sides.drafting_wins()
         if winner != self.verdict:
             self.verdict, self.probe_every, self.probing = winner, REPROBE_EVERY, 0
         if self.probing:  # inside a re-probe burst of the losing side
             self.probing -= 1
             return not winner
         self.since_probe += 1
-        if self.since_probe >= self.probe_every:
+        if self.since_probe >= self.wait(sides, batch_size):
             self.since_probe, self.probe_every = 0, min(2 * self.probe_every, MAX_REPROBE_EVERY)
             self.probing = probe_rounds(not winner, batch_size) - 1
             return not winner
         return winner
+
+    def wait(self, sides: Sides, batch_size: int) -> float:
+        """Rounds from one re-probe to the next: probe_every, stretched by the cost of re-probing once the
+        verdict has held through two re-probes (probe_every has doubled twice)."""
+        if self.probe_every < 4 * REPROBE_EVERY:
+            return self.probe_every
+        return min(max(self.probe_every, sides.costly_wait(batch_size)), MAX_REPROBE_EVERY)
 
     def observe(self, batch_size: int, drafted: bool, seconds: float, tokens_per_request: float) -> None:
         """A finished round of `batch_size` requests: its wall time and tokens committed per request."""

@@ -8,8 +8,9 @@ import torch
 
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding import drafting_gate
-from dspark.models.decoding.drafting_gate import (MAX_REPROBE_EVERY, PLAIN_PROBE_REQUESTS, REPROBE_EVERY,
-                                                  SPEC_PROBE_REQUESTS, WINDOW_REQUESTS, DraftingGate, rounds_for)
+from dspark.models.decoding.drafting_gate import (MAX_REPROBE_EVERY, PLAIN_PROBE_REQUESTS, PROBE_COST,
+                                                  REPROBE_EVERY, SPEC_PROBE_REQUESTS, WINDOW_REQUESTS, DraftingGate,
+                                                  rounds_for)
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder, append_ragged
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
@@ -43,15 +44,17 @@ def probe_pattern(winner: bool, intervals) -> list[bool]:
 
 
 def test_the_gate_explores_both_then_drafts_only_while_speculation_is_faster():
-    # 2 tokens / 100 ms = 20 tok/s against 1 token / 40 ms = 25 tok/s: plain wins; drafting is re-probed (a burst
+    # 2 tokens / 100 ms = 20 tok/s against 1 token / 45 ms = 22.2 tok/s: plain wins; drafting is re-probed (a burst
     # of SPEC_PROBE_REQUESTS rounds at batch 1) after REPROBE_EVERY rounds, then after twice as many each time it
-    # still loses, up to MAX_REPROBE_EVERY
-    intervals = [REPROBE_EVERY * 2 ** i for i in range(6)]
-    assert intervals[-1] > MAX_REPROBE_EVERY
-    intervals[-1] = MAX_REPROBE_EVERY
+    # still loses, and from the third re-probe on at least as far apart as keeps re-probing at PROBE_COST of the
+    # time: a burst wastes 1 - 20/22.2 of its 8 * 100 ms, 80 ms, which is 2% of 88.9 plain rounds of 45 ms
+    plain = (0.045, 1.0)
+    stretched = 0.1 * SPEC_PROBE_REQUESTS * 0.10 / (PROBE_COST * 0.045)
+    assert stretched == pytest.approx(88.9, abs=0.05)
+    intervals = [REPROBE_EVERY, 2 * REPROBE_EVERY, 89, 128, 256, 512, MAX_REPROBE_EVERY, MAX_REPROBE_EVERY]
     explore = [True] * SPEC_PROBE_REQUESTS + [False] * PLAIN_PROBE_REQUESTS
     pattern = probe_pattern(False, intervals)
-    made = choices(DraftingGate("auto"), len(explore) + len(pattern))
+    made = choices(DraftingGate("auto"), len(explore) + len(pattern), plain=plain)
     assert made == explore + pattern
     # 4 tokens / 100 ms = 40 tok/s: drafting wins, and plain decoding is re-measured the same way, by a shorter
     # burst (a plain round always commits one token)
@@ -61,12 +64,39 @@ def test_the_gate_explores_both_then_drafts_only_while_speculation_is_faster():
     assert all(choices(DraftingGate("always"), 20)) and not any(choices(DraftingGate("never"), 20))
 
 
+def test_a_drafter_that_loses_by_far_costs_at_most_the_probe_budget_once_its_verdict_has_held():
+    # a drafting round of 130 ms for 1 token against plain rounds of 45 ms: after two confirming re-probes the gate
+    # waits 8 * (130 - 45) / (PROBE_COST * 45) = 755.6 rounds, so that the re-probes' wasted time stays within the
+    # budget of the time spent
+    gate, plain, explore = DraftingGate("auto"), (0.045, 1.0), SPEC_PROBE_REQUESTS + PLAIN_PROBE_REQUESTS
+    intervals = [REPROBE_EVERY, 2 * REPROBE_EVERY, 756, 756]
+    made = choices(gate, explore + len(probe_pattern(False, intervals)), spec=(0.13, 1.0), plain=plain)
+    assert made[explore:] == probe_pattern(False, intervals)
+    later = made[explore + len(probe_pattern(False, intervals[:2])):]
+    wasted, spent = sum(later) * (0.13 - 0.045), sum(0.13 if d else 0.045 for d in later)
+    assert 0.9 * PROBE_COST * spent < wasted <= PROBE_COST * spent
+    # a drafting round of 300 ms would need 2600 rounds between re-probes: the wait stops at MAX_REPROBE_EVERY
+    intervals = [REPROBE_EVERY, 2 * REPROBE_EVERY, MAX_REPROBE_EVERY, MAX_REPROBE_EVERY]
+    made = choices(DraftingGate("auto"), explore + len(probe_pattern(False, intervals)), spec=(0.30, 1.0))
+    assert made[explore:] == probe_pattern(False, intervals)
+
+
+def test_a_winning_drafters_plain_re_probes_stretch_only_as_far_as_their_cost():
+    # drafting 4 tokens / 100 ms = 40 tok/s against 25: a burst of PLAIN_PROBE_REQUESTS plain rounds of 40 ms wastes
+    # 1 - 25/40 of them, 60 ms, 2% of 30 drafting rounds: doubling's 64, 128, ... is longer, and stands
+    intervals = [REPROBE_EVERY * 2 ** i for i in range(5)]
+    explore = SPEC_PROBE_REQUESTS + PLAIN_PROBE_REQUESTS
+    made = choices(DraftingGate("auto"), explore + len(probe_pattern(True, intervals)), spec=(0.10, 4.0))
+    assert made[explore:] == probe_pattern(True, intervals)
+
+
 def test_a_changed_verdict_restarts_the_probe_interval():
     gate = DraftingGate("auto")
     choices(gate, SPEC_PROBE_REQUESTS + PLAIN_PROBE_REQUESTS + REPROBE_EVERY + 2 * REPROBE_EVERY
             + 2 * (SPEC_PROBE_REQUESTS - 1))
     assert gate.probe_every == 4 * REPROBE_EVERY and gate.verdict is False  # plain wins, re-probed twice
-    choices(gate, 4 * REPROBE_EVERY + SPEC_PROBE_REQUESTS, spec=(0.01, 4.0))  # drafting turns out far faster
+    # drafting turns out far faster at the next re-probe, which the cost of re-probing has stretched to 200 rounds
+    choices(gate, 200 + SPEC_PROBE_REQUESTS, spec=(0.01, 4.0))
     assert gate.verdict and gate.probe_every <= 2 * REPROBE_EVERY
 
 
