@@ -38,15 +38,16 @@ seconds; spread over `wait` winning rounds of s_win seconds that is at most PROB
 
     wait  >=  f * n * s_lose / (PROBE_COST * s_win)
 
-A drafter that loses narrowly is re-probed as often as doubling alone would, one that loses by far sooner waits the
-longest: on the embedded target, whose drafters cost about as much as it does, a drafting round costs ~3 plain
-rounds. Replayed through this gate on synthetic rounds at batch 1 (150 seeds, the machine's speed drifting +-15%
-every 60 rounds, after a warm-up of 64), such a drafter (tau 1.6, 0.62x when always drafting) ran at 0.933x of plain
-decoding over 500 tokens and 0.952x over 1536 with doubling alone (up to 256), and at 0.965x and 0.976x with the
-stretch; a drafter that loses narrowly (0.87x) went from 0.981x to 0.984x, and a winning one (1.36x) stayed at
-1.32x. Stretching after the first confirming re-probe already gained more for the losing drafter (0.982x over 500
-tokens) but cost the winning one 1% (1.315x): one unlucky stretch of a winning drafter's rounds can turn the
-verdict to plain decoding and a re-probe confirm it, and the stretch would then keep the drafter off for long.
+A drafter that loses narrowly is re-probed as often as doubling alone would; the further one loses, the longer
+the wait. On the embedded target, whose drafters cost about as much as it does, a drafting round costs 2.3 plain
+rounds (11.2 against 4.9 ms, DSpark at batch 1). Replayed through this gate on synthetic rounds at batch 1
+(bench/results/gate-replay/: 150 seeds, the machine's speed drifting +-15% every 60 rounds, after a warm-up of 64),
+a drafter whose rounds cost 3 plain ones (tau 1.6, 0.62x when always drafting) ran at 0.933x of plain decoding over
+500 tokens and 0.952x over 1536 with doubling alone (up to 256), and at 0.965x and 0.976x with the stretch; one
+that loses narrowly (0.87x) went from 0.981x to 0.984x, and a winning one (1.36x) stayed at 1.32x. Stretching after
+the first confirming re-probe already gained more for the losing drafter (0.982x over 500 tokens) but cost the
+winning one 1% (1.315x): one unlucky stretch of a winning drafter's rounds can turn the verdict to plain decoding
+and a re-probe confirm it, and the stretch would then keep the drafter off for long.
 
 Skipping drafting changes how many tokens a round commits, never which: a plain round verifies the anchor alone,
 which is ordinary decoding from the target (greedy identity and the sampled distribution hold either way).
@@ -153,18 +154,21 @@ class DraftingGate:
             self.probing -= 1
             return not winner
         self.since_probe += 1
-        if self.since_probe >= self.wait(sides, batch_size):
+        if self.reprobe_due(sides, batch_size):
             self.since_probe, self.probe_every = 0, min(2 * self.probe_every, MAX_REPROBE_EVERY)
             self.probing = probe_rounds(not winner, batch_size) - 1
             return not winner
         return winner
 
-    def wait(self, sides: Sides, batch_size: int) -> float:
-        """Rounds from one re-probe to the next: probe_every, stretched by the cost of re-probing once the
-        verdict has held through two re-probes (probe_every has doubled twice)."""
+    def reprobe_due(self, sides: Sides, batch_size: int) -> bool:
+        """Whether the losing side is re-probed now: probe_every rounds after the last re-probe, and once the
+        verdict has held through two re-probes (probe_every has doubled twice) not before re-probing costs at
+        most PROBE_COST of the time (worked out only then: the gate runs every round)."""
+        if self.since_probe < self.probe_every:
+            return False
         if self.probe_every < 4 * REPROBE_EVERY:
-            return self.probe_every
-        return min(max(self.probe_every, sides.costly_wait(batch_size)), MAX_REPROBE_EVERY)
+            return True
+        return self.since_probe >= min(sides.costly_wait(batch_size), MAX_REPROBE_EVERY)
 
     def observe(self, batch_size: int, drafted: bool, seconds: float, tokens_per_request: float) -> None:
         """A finished round of `batch_size` requests: its wall time and tokens committed per request."""
