@@ -120,6 +120,8 @@ class Sides:
     def costly_wait(self, batch_size: int) -> float:
         """Winning rounds between re-probes for re-probing the loser to cost PROBE_COST of the time."""
         win, lose = (self.spec, self.plain) if self.drafting_wins() else (self.plain, self.spec)
+        if not win.round_seconds():  # rounds timed at 0 s (a coarse clock): nothing to weigh the cost against
+            return float("inf")
         wasted = 1.0 - lose.rate() / win.rate()
         burst = probe_rounds(lose is self.spec, batch_size)
         return wasted * burst * lose.round_seconds() / (PROBE_COST * win.round_seconds())

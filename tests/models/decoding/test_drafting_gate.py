@@ -81,6 +81,15 @@ def test_a_drafter_that_loses_by_far_costs_at_most_the_probe_budget_once_its_ver
     assert made[explore:] == probe_pattern(False, intervals)
 
 
+def test_rounds_timed_at_zero_seconds_do_not_break_the_gate():
+    # a clock too coarse for a fast round reads 0 s: the gate keeps deciding, and waits the longest to re-probe
+    intervals = [REPROBE_EVERY, 2 * REPROBE_EVERY, MAX_REPROBE_EVERY]
+    explore = SPEC_PROBE_REQUESTS + PLAIN_PROBE_REQUESTS
+    made = choices(DraftingGate("auto"), explore + len(probe_pattern(False, intervals)), spec=(0.05, 1.0),
+                   plain=(0.0, 1.0))
+    assert made[explore:] == probe_pattern(False, intervals)
+
+
 def test_a_winning_drafters_plain_re_probes_stretch_only_as_far_as_their_cost():
     # drafting 4 tokens / 100 ms = 40 tok/s against 25: a burst of PLAIN_PROBE_REQUESTS plain rounds of 40 ms wastes
     # 1 - 25/40 of them, 60 ms, 2% of 30 drafting rounds: doubling's 64, 128, ... is longer, and stands
