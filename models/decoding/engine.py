@@ -17,6 +17,7 @@ leaves the batch and a waiting one is prefilled and joins it (Batch.keep / Batch
 
 RNG contract: every random draw (first token, drafts, acceptance, residual) uses the caller's generator.
 """
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
@@ -33,6 +34,7 @@ from dspark.models.decoding.target import TargetRunner
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.drafters.base import DraftBlock, Drafter, DraftState
 from dspark.models.errors import ConfigError
+from dspark.models.target_features import LayerTap
 
 
 @dataclass(frozen=True)
@@ -110,20 +112,27 @@ class SpeculativeDecoder:
         limit = max_running or len(prompts)
         batch: Optional[Batch] = None
         start = time.perf_counter()
-        while waiting or batch is not None:
-            running = len(batch.rows) if batch is not None else 0
-            if waiting and running < limit:
-                joined, waiting = waiting[: limit - running], waiting[limit - running:]
-                batch = self.admit(batch, joined, results, config, generator, start, self.gate)
-            if batch is not None:
-                batch = self.round(batch, results, config, generator, start, trace)
+        with self.target_features() as tap:
+            while waiting or batch is not None:
+                running = len(batch.rows) if batch is not None else 0
+                if waiting and running < limit:
+                    joined, waiting = waiting[: limit - running], waiting[limit - running:]
+                    batch = self.admit(batch, joined, results, config, generator, start, tap)
+                if batch is not None:
+                    batch = self.round(batch, results, config, generator, start, trace)
         return results
 
+    def target_features(self) -> contextlib.AbstractContextManager:
+        """A LayerTap on the target layers the drafter conditions on, installed for one generate call (None
+        without a drafter)."""
+        if self.drafter is None:
+            return contextlib.nullcontext()
+        return LayerTap(self.target, self.drafter.config.target_layer_ids)
+
     def admit(self, batch: Optional["Batch"], joined: List[int], results, config, generator, start,
-              gate: DraftingGate) -> Optional["Batch"]:
+              tap: Optional[LayerTap]) -> Optional["Batch"]:
         """Prefill the joining requests (their first token comes from it) and add the unfinished ones."""
-        taps = self.drafter.config.target_layer_ids if self.drafter is not None else ()
-        target = TargetRunner(self.target, len(joined), taps)
+        target = TargetRunner(self.target, len(joined), tap)
         tokens, valid = left_padded([results[r].prompt_ids for r in joined], target.device)
         step = target.forward(tokens, valid, last_logits_only=True)  # left-padded: the last slot is every row's
         target.commit(valid)
@@ -131,7 +140,7 @@ class SpeculativeDecoder:
         admitted = time.perf_counter() - start
         for r in joined:
             results[r].admitted_s = admitted
-        new = Batch(joined, anchor, target, gate)
+        new = Batch(joined, anchor, target, self.gate)
         if self.drafter is not None:
             new.state = self.drafter.init_state(len(joined), target.device)
             new.context = right_aligned(step.features, tokens, valid)

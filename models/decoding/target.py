@@ -13,10 +13,12 @@ after each commit (so batch 1 never keeps a hole), and the cache is compacted (e
 right-aligned) when holes exceed half of it. `select` drops rows; `merge` adds rows prefilled in another runner
 (continuous batching), padding the shorter cache with hole slots.
 
-Target features (the tapped layer outputs the drafter conditions on) are captured during the same forwards.
+Target features (the tapped layer outputs the drafter conditions on) are captured during the same forwards, by a
+LayerTap whose hooks the caller keeps installed while it decodes: installing and removing them around each forward
+cost 2-3% of a decode round of the embedded target (80 us of 3.2-3.7 ms, alternated forwards).
 """
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -36,11 +38,12 @@ class TargetStep:
 class TargetRunner:
     """One batch's target forwards (prefill, then one verify forward per round) over a ragged KV cache."""
 
-    def __init__(self, model: torch.nn.Module, batch_size: int, target_layer_ids: Sequence[int] = ()):
+    def __init__(self, model: torch.nn.Module, batch_size: int, tap: Optional[LayerTap] = None):
+        """tap: an active LayerTap on `model`, whose features each forward returns; None: no features."""
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        self.target_layer_ids = tuple(target_layer_ids)
+        self.tap = tap
         self.cache = DynamicCache()
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # [bs, slots]
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=self.device)  # committed tokens per row
@@ -54,12 +57,8 @@ class TargetRunner:
         mask = self.attention_mask(new_valid)
         kwargs = dict(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
                       use_cache=True, logits_to_keep=1 if last_logits_only else 0)
-        if not self.target_layer_ids:
-            return TargetStep(logits=self.model(**kwargs).logits, features=None)
-        with LayerTap(self.model, self.target_layer_ids) as tap:
-            logits = self.model(**kwargs).logits
-            features = tap.pop()
-        return TargetStep(logits=logits, features=features)
+        logits = self.model(**kwargs).logits
+        return TargetStep(logits=logits, features=self.tap.pop() if self.tap is not None else None)
 
     def attention_mask(self, new_valid: torch.Tensor) -> torch.Tensor:
         """Additive mask [bs, 1, n, slots + n]: 0 where a query may look, the dtype's minimum elsewhere."""

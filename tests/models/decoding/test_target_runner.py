@@ -1,8 +1,11 @@
 """The ragged target cache: holes and compaction never change what the target computes."""
+import pytest
 import torch
 
 from dspark.models.decoding import target as target_module
+from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
 from dspark.models.decoding.target import TargetRunner
+from dspark.models.target_features import LayerTap, capture_target_features, decoder_layers
 
 
 def test_holes_and_compaction_leave_logits_unchanged(embedded_target, prompts, monkeypatch):
@@ -53,10 +56,41 @@ def test_a_prefill_may_keep_the_last_logits_only(embedded_target, prompts):
     width = max(len(a), len(b))
     tokens = torch.tensor([[0] * (width - len(a)) + a, [0] * (width - len(b)) + b])
     valid = torch.tensor([[False] * (width - len(a)) + [True] * len(a), [False] * (width - len(b)) + [True] * len(b)])
-    full, last = TargetRunner(embedded_target, 2, (1,)), TargetRunner(embedded_target, 2, (1,))
-    full_step, last_step = full.forward(tokens, valid), last.forward(tokens, valid, last_logits_only=True)
+    with LayerTap(embedded_target, (1,)) as tap:
+        full, last = TargetRunner(embedded_target, 2, tap), TargetRunner(embedded_target, 2, tap)
+        full_step, last_step = full.forward(tokens, valid), last.forward(tokens, valid, last_logits_only=True)
     assert last_step.logits.shape == (2, 1, full_step.logits.shape[-1])
     torch.testing.assert_close(last_step.logits[:, 0], full_step.logits[:, -1])
     torch.testing.assert_close(last_step.features, full_step.features)
     for mine, theirs in zip(last.cache.layers, full.cache.layers):
         torch.testing.assert_close(mine.keys, theirs.keys)
+
+
+def test_a_runner_returns_the_features_a_full_capture_computes(embedded_target, prompts):
+    """Prefill then one decode forward, tapped: the features of a full-sequence capture of the same tokens."""
+    ids = prompts[2] + [5]
+    with LayerTap(embedded_target, (0, 2)) as tap:
+        runner = TargetRunner(embedded_target, 1, tap)
+        prefill = runner.forward(torch.tensor([ids[:-1]]), torch.ones(1, len(ids) - 1, dtype=torch.bool))
+        runner.commit(torch.ones(1, len(ids) - 1, dtype=torch.bool))
+        step = runner.forward(torch.tensor([ids[-1:]]), torch.ones(1, 1, dtype=torch.bool))
+    full = capture_target_features(embedded_target, torch.tensor([ids]), (0, 2)).hidden
+    torch.testing.assert_close(torch.cat([prefill.features, step.features], dim=1), full, atol=1e-5, rtol=1e-4)
+
+
+def test_generate_removes_its_layer_hooks_even_when_a_round_fails(embedded_target, embedded_drafters, prompts):
+    """The tap is installed for one generate call: no hook outlives it, also when the drafter raises midway."""
+    layers = decoder_layers(embedded_target)
+    drafter = embedded_drafters["dspark"]
+    decoder = SpeculativeDecoder(embedded_target, drafter, drafting="always")
+    decoder.generate(prompts[:2], GenerationConfig(max_new_tokens=6))
+    assert not any(layer._forward_hooks for layer in layers)
+
+    def failing_propose(*args, **kwargs):
+        assert any(layer._forward_hooks for layer in layers)  # installed while decoding
+        raise RuntimeError("drafter fault")
+    drafter_with_fault = SpeculativeDecoder(embedded_target, drafter, drafting="always")
+    drafter_with_fault.draft = failing_propose
+    with pytest.raises(RuntimeError, match="drafter fault"):
+        drafter_with_fault.generate(prompts[:2], GenerationConfig(max_new_tokens=6))
+    assert not any(layer._forward_hooks for layer in layers)
