@@ -8,9 +8,9 @@ import torch
 
 from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding import drafting_gate
-from dspark.models.decoding.drafting_gate import (MAX_REPROBE_EVERY, PLAIN_PROBE_REQUESTS, PROBE_COST,
-                                                  REPROBE_EVERY, SPEC_PROBE_REQUESTS, WINDOW_REQUESTS, DraftingGate,
-                                                  rounds_for)
+from dspark.models.decoding.drafting_gate import (MAX_REPROBE_EVERY, OUTLIER_ROUND, PLAIN_PROBE_REQUESTS,
+                                                  PROBE_COST, REPROBE_EVERY, SPEC_PROBE_REQUESTS, WINDOW_REQUESTS,
+                                                  DraftingGate, Measured, rounds_for)
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder, append_ragged
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
@@ -88,6 +88,30 @@ def test_rounds_timed_at_zero_seconds_do_not_break_the_gate():
     made = choices(DraftingGate("auto"), explore + len(probe_pattern(False, intervals)), spec=(0.05, 1.0),
                    plain=(0.0, 1.0))
     assert made[explore:] == probe_pattern(False, intervals)
+
+
+def test_a_stalled_round_does_not_decide_the_verdict():
+    # exploration measures 8 drafting rounds of 100 ms for 1.5 tokens (15 tok/s) and 4 plain rounds of 45 ms
+    # (22.2 tok/s), one of which the machine stalled for half a second. At full length that round would put plain
+    # decoding at 6.3 tok/s and switch drafting on until plain decoding's window filled with newer rounds; clipped
+    # to OUTLIER_ROUND times the window's median round, plain decoding measures 17.8 tok/s and still wins
+    gate = DraftingGate("auto")
+    for _ in range(SPEC_PROBE_REQUESTS):
+        assert gate.drafts(1)
+        gate.observe(1, True, 0.10, 1.5)
+    for seconds in (0.5, 0.045, 0.045, 0.045):
+        assert not gate.drafts(1)
+        gate.observe(1, False, seconds, 1.0)
+    assert gate.sizes[1].plain.rate() == pytest.approx(4 / ((OUTLIER_ROUND + 3) * 0.045))
+    assert not any(choices(gate, REPROBE_EVERY - 1, spec=(0.10, 1.5), plain=(0.045, 1.0)))
+
+
+def test_a_drafting_rounds_honest_variation_is_not_clipped():
+    # rounds verifying few drafts (80 ms, 1 token) and many (150 ms, 4 tokens): all of their time counts
+    spec = Measured()
+    for seconds, tokens in [(0.08, 1.0), (0.15, 4.0)] * 4:
+        spec.add(seconds, tokens, batch_size=1)
+    assert spec.rate() == pytest.approx(20 / 0.92)
 
 
 def test_a_winning_drafters_plain_re_probes_stretch_only_as_far_as_their_cost():
