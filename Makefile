@@ -31,12 +31,15 @@ proto: setup
 # Run it on an otherwise idle machine: it measures wall-clock speed.
 EVAL_PROMPTS ?= ../shared/data/eval_prompts
 BENCH_SETTINGS ?= --datasets math=$(EVAL_PROMPTS)/gsm8k.jsonl code=$(EVAL_PROMPTS)/humaneval.jsonl \
-	chat=$(EVAL_PROMPTS)/mt-bench.jsonl --prompts 12 --max-new-tokens 96 --tau-batch-size 12 --speed-prompts 8 \
+	chat=$(EVAL_PROMPTS)/mt-bench.jsonl --prompts 12 --max-new-tokens 96 --tau-batch-size 12 \
 	--speed-tokens 64 --batch-sizes 1 8 --threads 2
+# The embedded target decodes 32 prompts a repeat (4 batches at batch 8: one batch of it lasts under a second, too
+# short to average out the machine's drift); SmolLM2, 25 times slower, 8.
 bench: setup
-	$(DSPARK) bench --target embedded/target --name embedded-target $(BENCH_SETTINGS) --out bench/results/embedded \
-		--drafters dspark=embedded/dspark dflash=embedded/dflash eagle3=embedded/eagle3
-	$(DSPARK) bench --target $(SMOLLM2) --name smollm2-135m-instruct $(BENCH_SETTINGS) --out bench/results/smollm2 \
+	$(DSPARK) bench --target embedded/target --name embedded-target $(BENCH_SETTINGS) --speed-prompts 32 \
+		--out bench/results/embedded --drafters dspark=embedded/dspark dflash=embedded/dflash eagle3=embedded/eagle3
+	$(DSPARK) bench --target $(SMOLLM2) --name smollm2-135m-instruct $(BENCH_SETTINGS) --speed-prompts 8 \
+		--out bench/results/smollm2 \
 		--drafters dspark=embedded/smollm2-dspark dflash=embedded/smollm2-dflash eagle3=embedded/smollm2-eagle3 \
 		dspark-long=embedded/smollm2-dspark-long dflash-long=embedded/smollm2-dflash-long \
 		eagle3-long=embedded/smollm2-eagle3-long

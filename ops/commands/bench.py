@@ -97,6 +97,11 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     drafter_paths = pairs(args.drafters, "--drafters")
     datasets = {name: load_prompts(path, args.prompts) for name, path in pairs(args.datasets, "--datasets").items()}
+    round_robin = len(datasets) * min(len(texts) for texts in datasets.values())  # what the speed runs draw from
+    if round_robin < args.speed_prompts:
+        raise ConfigError(f"--speed-prompts {args.speed_prompts} asks for more prompts than the datasets hold taken "
+                          f"round-robin ({round_robin}: as many from each as the shortest has, at most --prompts "
+                          f"{args.prompts}): raise --prompts or lower --speed-prompts")
     torch.set_num_threads(args.threads)
     target = load_target(args.target, cpu_linears=args.cpu_linears)
     drafters = {kind: load_drafter_for(path, target, args.drafter_dtype, args.cpu_linears, args.draft_vocab)

@@ -100,9 +100,12 @@ def test_calibrate_writes_sglang_json_and_reports_ece(prompts_file, tmp_path, ca
       "/nonexistent/sps.json"], "/nonexistent/sps.json does not exist"),
     (["generate", "--drafter", str(EMBEDDED / "dflash"), "--prompt", "x", "--policy", "threshold", "--threshold",
       "0.5"], "threshold policy needs confidences"),
+    (["bench", "--drafters", f"dspark={EMBEDDED / 'dspark'}", "--datasets", "a=PROMPTS", "b=PROMPTS", "--prompts",
+      "2", "--speed-prompts", "5", "--out", "/tmp/x"], "--speed-prompts 5 asks for more prompts than the datasets "
+     "hold taken round-robin (4"),
 ])
 def test_bad_input_is_one_clear_error(argv, message, prompts_file, capsys):
-    argv = [str(prompts_file) if a == "PROMPTS" else a for a in argv]
+    argv = [a.replace("PROMPTS", str(prompts_file)) for a in argv]
     assert main([argv[0], *MODELS, *argv[1:]]) == 2
     assert message in capsys.readouterr().err
 
