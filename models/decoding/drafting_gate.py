@@ -53,8 +53,9 @@ Each round's time counts at most OUTLIER_ROUND times the median round of its win
 and then (its neighbours, a garbage collection, a first call), and one stalled round among the 4 of a plain probe
 makes plain decoding look several times slower: Eagle3 on the embedded target, whose rounds run at 0.45x of plain
 decoding, once measured 2.7x right after exploring and drafted through 137 rounds, until newer plain rounds had
-pushed the stalled one out of the window (3.8% of the run's rounds drafted, against 2-3% with the clip). A drafting
-round's honest variation, verifying from none to all of its drafts, stays within 2x (embedded target: 11 to 15 ms).
+pushed the stalled one out of the window (157 of 2428 rounds drafted in that run; 48 and 72 of about 2470 in two
+runs with the clip). A drafting round's honest variation, verifying from none to all of its drafts, stays within
+2x (embedded target: 11 to 15 ms).
 Replayed with stalls of 2-10 plain rounds arriving once every 50 plain rounds' time on average, the 3x drafter above
 ran at 0.974x over 1536 rounds (0.925x without the clip), the narrow loser at 0.984x (0.930x), the winner at 1.32x
 (1.31x); on a quiet machine the clip changes nothing. A drafter that wins with costly rounds (tau 3.55 at 3x) ran
