@@ -89,8 +89,8 @@ def test_generate_removes_its_layer_hooks_even_when_a_round_fails(embedded_targe
     def failing_propose(*args, **kwargs):
         assert any(layer._forward_hooks for layer in layers)  # installed while decoding
         raise RuntimeError("drafter fault")
-    drafter_with_fault = SpeculativeDecoder(embedded_target, drafter, drafting="always")
-    drafter_with_fault.draft = failing_propose
+    faulty_decoder = SpeculativeDecoder(embedded_target, drafter, drafting="always")
+    faulty_decoder.draft = failing_propose
     with pytest.raises(RuntimeError, match="drafter fault"):
-        drafter_with_fault.generate(prompts[:2], GenerationConfig(max_new_tokens=6))
+        faulty_decoder.generate(prompts[:2], GenerationConfig(max_new_tokens=6))
     assert not any(layer._forward_hooks for layer in layers)
