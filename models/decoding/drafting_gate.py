@@ -54,13 +54,12 @@ and then (its neighbours, a garbage collection, a first call), and one stalled r
 makes plain decoding look several times slower: Eagle3 on the embedded target, whose rounds run at 0.45x of plain
 decoding, once measured 2.7x right after exploring and drafted through 137 rounds, until newer plain rounds had
 pushed the stalled one out of the window (157 of 2428 rounds drafted in that run; 48 and 72 of about 2470 in two
-runs with the clip). A drafting round's honest variation, verifying from none to all of its drafts, stays within
-2x (embedded target: 11 to 15 ms).
-Replayed with stalls of 2-10 plain rounds arriving once every 50 plain rounds' time on average, the 3x drafter above
-ran at 0.974x over 1536 rounds (0.925x without the clip), the narrow loser at 0.984x (0.930x), the winner at 1.32x
-(1.31x); on a quiet machine the clip changes nothing. A drafter that wins with costly rounds (tau 3.55 at 3x) ran
-at 1.13x, as on a quiet machine, instead of 1.17x: unclipped, the stalls bias plain decoding's short windows
-against it, which happens to favour that drafter and costs every losing one 4-5%.
+runs with the clip). A drafting round's honest variation, verifying from none to all of its drafts, stays within 2x
+(embedded target: 11 to 15 ms). Replayed with stalls of 2-10 plain rounds arriving once every 50 plain rounds' time
+on average, the 3x drafter above ran at 0.974x over 1536 rounds (0.925x without the clip), the narrow loser at
+0.984x (0.930x), the winner at 1.32x (1.31x); on a quiet machine the clip changes nothing. A drafter that wins with
+costly rounds (tau 3.55 at 3x) ran at 1.13x, as on a quiet machine, instead of 1.17x: unclipped, the stalls bias
+plain decoding's short windows against it, which happens to favour that drafter and costs every losing one 4-5%.
 
 Skipping drafting changes how many tokens a round commits, never which: a plain round verifies the anchor alone,
 which is ordinary decoding from the target (greedy identity and the sampled distribution hold either way).
@@ -102,29 +101,27 @@ def probe_rounds(drafting: bool, batch_size: int) -> int:
 
 @dataclass
 class Measured:
-    """The latest rounds of one kind at one batch size: (seconds, tokens per request) each."""
+    """The latest rounds of one kind at one batch size: (seconds, tokens per request) each, and their totals over
+    the window, each round's seconds at most OUTLIER_ROUND times the window's median round (kept by `add`, the only
+    change to the window: the gate reads them every round)."""
     rounds: deque = field(default_factory=deque)
+    seconds: float = 0.0
+    tokens: float = 0.0
 
     def add(self, seconds: float, tokens_per_request: float, batch_size: int) -> None:
         self.rounds.append((seconds, tokens_per_request))
         while len(self.rounds) > rounds_for(WINDOW_REQUESTS, batch_size):
             self.rounds.popleft()
+        longest = OUTLIER_ROUND * statistics.median(s for s, _ in self.rounds)
+        self.seconds = sum(min(s, longest) for s, _ in self.rounds)
+        self.tokens = sum(t for _, t in self.rounds)
 
     def rate(self) -> float:
-        """Tokens per request per second over the window (each round's time clipped: `clipped_seconds`)."""
-        seconds = sum(self.clipped_seconds())
-        return sum(t for _, t in self.rounds) / seconds if seconds else float("inf")
+        """Tokens per request per second over the window."""
+        return self.tokens / self.seconds if self.seconds else float("inf")
 
     def round_seconds(self) -> float:
-        return sum(self.clipped_seconds()) / len(self.rounds)
-
-    def clipped_seconds(self) -> list:
-        """Each round's seconds, at most OUTLIER_ROUND times the window's median round."""
-        seconds = [s for s, _ in self.rounds]
-        if not seconds:
-            return []
-        longest = OUTLIER_ROUND * statistics.median(seconds)
-        return [min(s, longest) for s in seconds]
+        return self.seconds / len(self.rounds)
 
 
 @dataclass
