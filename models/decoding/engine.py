@@ -140,7 +140,7 @@ class SpeculativeDecoder:
         admitted = time.perf_counter() - start
         for r in joined:
             results[r].admitted_s = admitted
-        new = Batch(joined, anchor, target, self.gate)
+        new = Batch(joined, anchor, target)
         if self.drafter is not None:
             new.state = self.drafter.init_state(len(joined), target.device)
             new.context = right_aligned(step.features, tokens, valid)
@@ -153,7 +153,7 @@ class SpeculativeDecoder:
     def round(self, batch: "Batch", results, config, generator, start, trace) -> Optional["Batch"]:
         """One draft -> allocate -> verify -> commit round; returns the batch without the requests it finished."""
         began = time.perf_counter()
-        drafting = self.drafter is not None and batch.gate.drafts(len(batch.rows))
+        drafting = self.drafter is not None and self.gate.drafts(len(batch.rows))
         block = self.draft(batch.state, batch.unseen_context(), batch.anchor, config.sampling, generator) \
             if drafting else None
         lengths, batch.lagged = self.verify_lengths(block, results, batch.rows, config, batch.lagged)
@@ -174,7 +174,7 @@ class SpeculativeDecoder:
         batch.anchor = verdict.next_token
         committed, verified = int(verdict.accepted.sum()) + len(batch.rows), int(lengths.sum()) + len(batch.rows)
         seconds = time.perf_counter() - began
-        batch.gate.observe(len(batch.rows), drafting, seconds, committed / len(batch.rows))
+        self.gate.observe(len(batch.rows), drafting, seconds, committed / len(batch.rows))
         if drafting and self.policy.sps is not None:
             self.clock.add(verified, seconds, self.policy.sps)
         if trace is not None:
@@ -244,7 +244,6 @@ class Batch:
     rows: List[int]
     anchor: torch.Tensor  # [bs] long, the last committed token (verified first next round)
     target: TargetRunner
-    gate: DraftingGate  # whether a round drafts
     state: Optional[DraftState] = None  # the drafter's cache
     context: Optional[tuple] = None  # (features, tokens, lengths) of the committed positions the drafter has not seen
     # ... followed by those of the plain rounds since, one position per row each ([bs, 1, H], [bs, 1]): appended
