@@ -80,6 +80,30 @@ def plot_sps(records: list, path: Path, title: str) -> Path:
     return save(fig, path)
 
 
+def plot_speedup_bound(curve: list, report: dict, measured: Optional[tuple], path: Path, title: str) -> Path:
+    """curve: speedup_bound.speedup_curve; report: speedup_bound.speedup_report; measured: (position-1 acceptance,
+    measured speedup) of a run, or None. The expected speedup of the best fixed verify length against one acceptance
+    at every position, with break-even and the acceptance each reported speedup needs."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(*zip(*curve), label="expected, best fixed verify length")
+    for label, alpha in report["acceptance_needed"].items():
+        if alpha is not None:
+            speedup = float(label.rstrip("x"))
+            ax.axhline(speedup, color="grey", lw=0.8, ls=":")
+            ax.annotate(f"{label} needs {alpha:.2f}", (alpha, speedup), textcoords="offset points", xytext=(8, -12),
+                        fontsize=8)
+            ax.plot([alpha], [speedup], marker="o", color="grey")
+    if measured is not None:
+        ax.plot(*measured, marker="*", markersize=12, color="C3", ls="", label="this run (position-1 acceptance)")
+    ax.set_xlabel("acceptance at every draft position (alpha)")
+    ax.set_ylabel("speedup over the target alone, batch 1")
+    ax.set_xlim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(title, fontsize=9)
+    return save(fig, path)
+
+
 def plot_load(measured: list, simulated: list, path: Path, title: str) -> Path:
     """Goodput, verify budget and per-request speed against concurrency, one colour per policy: measured runs
     solid with markers, the simulator dashed (paper Fig. 8)."""

@@ -7,12 +7,15 @@ lengths come from the causal allocator (paper Algorithm 1) on this machine's SPS
 (--policy and --sps-table change that). Greedy decoding
 makes both answers identical token for token (the demo checks it), so the wall-clock ratio is the speedup.
 Prints each answer, tau and tokens/s; writes demo.json (with the accepted-length histogram: verify rounds by
-drafts accepted), the acceptance-by-position and the accepted-length plots to --out.
+drafts accepted), the acceptance-by-position and the accepted-length plots to --out. It also prints what this
+machine's costs allow (models/evaluation/speedup_bound.py): the speedup the run's acceptance by position is expected
+to give, and the acceptance a drafter needs to break even and to run 1.5x and 2x as fast (speedup_bound.png).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -25,10 +28,11 @@ from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.acceptance import acceptance_summary
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
-from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance
+from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, plot_speedup_bound
 from dspark.models.evaluation.run import warm_up
+from dspark.models.evaluation.speedup_bound import ChainCosts, speedup_curve, speedup_report
 from dspark.ops.commands.decoding_args import (add_model_args, add_verify_args, draft_vocab_size, dtype_name, load_models,
-                                              verify_policy)
+                                              startup_sps, verify_policy)
 
 DEMO_PROMPTS = (
     "A bakery sells muffins for $3 each and cookies for $1.50 each. Sam buys 4 muffins and 6 cookies. "
@@ -61,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
                 "speculative": SpeculativeDecoder(target.model, drafter, policy, sts, args.drafting)}
     walls = {name: 0.0 for name in decoders}
     records, generations = [], []
+    traces = {name: [] for name in decoders}
     prompts = [encode_chat(target.tokenizer, text) for text in texts]
     warm_up(list(decoders.values()), prompts[:1], config)
     for index, (text, prompt) in enumerate(zip(texts, prompts)):
@@ -69,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         for name in order:
             decoder = decoders[name]
             begin = time.perf_counter()
-            outputs[name] = decoder.generate([prompt], config)[0]
+            outputs[name] = decoder.generate([prompt], config, trace=traces[name])[0]
             walls[name] += time.perf_counter() - begin
         spec, alone = outputs["speculative"], outputs["target alone"]
         generations.append(spec)
@@ -88,21 +93,49 @@ def run(args: argparse.Namespace) -> int:
           f"{speed['speculative']:.1f} tok/s vs {speed['target alone']:.1f} tok/s for the target alone: "
           f"{speedup:.2f}x faster on {torch.get_num_threads()} CPU thread(s)")
     args.out.mkdir(parents=True, exist_ok=True)
+    limits = speedup_limits(target.model, policy, drafter.config.gamma, summary, traces, speedup, args)
     (args.out / "demo.json").write_text(json.dumps({
         "target": str(args.target), "drafter": str(args.drafter), "policy": policy.name, "drafting": args.drafting,
         "drafter_dtype": dtype_name(drafter), "draft_vocab_size": draft_vocab_size(drafter),
         "cpu_linears": {"target": linear_plans(target.model), "drafter": linear_plans(drafter)},
         "tokens_per_s": speed,
         "speedup": speedup,
-        "acceptance": summary, "answers": records}, indent=1) + "\n")
+        "acceptance": summary, "speedup_bound": limits, "answers": records}, indent=1) + "\n")
     plot = plot_acceptance({drafter.config.kind: summary}, args.out / "acceptance_by_position.png",
                            f"{drafter.config.kind} on {args.target.name}: acceptance by position")
     panels = {f"drafting {args.drafting}": {drafter.config.kind: summary["accepted_histogram"]}}
     lengths = plot_accepted_lengths(panels, args.out / "accepted_lengths.png",
                                     f"{drafter.config.kind} on {args.target.name}: accepted length per verify round")
-    print(f"plots: {plot}, {lengths}; details: {args.out / 'demo.json'}")
+    bound = f", {args.out / 'speedup_bound.png'}" if limits is not None else ""
+    print(f"plots: {plot}, {lengths}{bound}; details: {args.out / 'demo.json'}")
     differing = [r["prompt"] for r in records if not r["identical_to_target"]]
     if differing:
         print(f"error: {len(differing)} answer(s) differ from the target alone's: {differing}", file=sys.stderr)
         return 1
     return 0
+
+
+def speedup_limits(target_model, policy, gamma: int, summary: dict, traces: dict, speedup: float,
+                   args: argparse.Namespace) -> dict | None:
+    """What this machine's costs allow (speedup_bound.py): printed, plotted, and returned for demo.json. The costs
+    are the run's medians: the target alone's round, and the drafting pass of the speculative path's drafting
+    rounds; None when none drafted."""
+    drafting = [r.draft_s for r in traces["speculative"] if r.drafted]
+    if not drafting:
+        return None
+    plain = statistics.median(r.draft_s + r.verify_s for r in traces["target alone"])
+    costs = ChainCosts(policy.sps or startup_sps(target_model, gamma + 1, 1), plain, statistics.median(drafting))
+    report = speedup_report(summary["conditional_acceptance"], costs, gamma)
+    needed = ", ".join(f"{label} {alpha:.2f}" if alpha is not None else f"{label} out of reach"
+                       for label, alpha in report["acceptance_needed"].items())
+    measured = ", ".join(f"{a:.2f}" for a in report["measured_acceptance"])
+    expected = (f"{report['expected_speedup']:.2f}x at best (verifying {report['best_verify_len']} drafts every round)"
+                if report["measured_acceptance"] else "nothing: it verified no draft")
+    print(f"on this machine a plain round takes {costs.plain_s * 1e3:.1f} ms and drafting "
+          f"{costs.draft_s * 1e3:.1f} ms: this run's acceptance by position ({measured}) is expected to give "
+          f"{expected}; the acceptance needed at every position: {needed}")
+    first = report["measured_acceptance"][:1]
+    plot_speedup_bound(speedup_curve(costs, gamma), report, (first[0], speedup) if first else None,
+                       args.out / "speedup_bound.png", f"{args.drafter.name} on {args.target.name}: "
+                       f"{costs.plain_s * 1e3:.1f} ms a plain round, {costs.draft_s * 1e3:.1f} ms drafting")
+    return report

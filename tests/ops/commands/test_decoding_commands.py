@@ -165,6 +165,14 @@ def test_demo_answers_identically_and_reports_speedup(prompts_file, tmp_path, ca
     assert (tmp_path / "accepted_lengths.png").stat().st_size > 0
     printed = capsys.readouterr().out
     assert "faster on 1 CPU thread(s)" in printed and "profiling the target's verify cost" in printed
+    bound = report["speedup_bound"]  # what this machine's costs allow, from the run's own round times
+    assert bound["plain_round_s"] > 0 and bound["draft_s"] > 0
+    assert set(bound["acceptance_needed"]) == {"1x", "1.5x", "2x"}
+    measured = report["acceptance"]["conditional_acceptance"][:len(bound["measured_acceptance"])]
+    assert bound["measured_acceptance"] == measured and measured
+    assert 1 <= bound["best_verify_len"] <= len(measured) and bound["expected_speedup"] > 0
+    assert "the acceptance needed at every position" in printed
+    assert (tmp_path / "speedup_bound.png").stat().st_size > 0
 
 
 def test_demo_fails_when_an_answer_differs_from_the_targets(prompts_file, tmp_path, capsys, monkeypatch):
