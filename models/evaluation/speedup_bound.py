@@ -2,11 +2,13 @@
 
 A round that drafts and verifies k drafts, the j-th accepted with probability alpha_j given that the earlier ones
 were, commits 1 + sum_{j<=k} prod_{i<=j} alpha_i tokens in expectation (the 1 is the correction or bonus token).
-It costs what a plain round costs (plain_s, measured: the decode forward and the loop around it), plus the drafting
-pass (draft_s, measured), plus what verifying k more tokens adds to the forward (from the SPS table,
-`dspark profile-sps`). A plain round commits one token. So verifying k drafts every round runs at
+It costs the drafting pass (draft_s, measured) plus a plain round (plain_s, measured: the decode forward and the
+loop around it) grown as the target's forward grows from 1 to 1 + k tokens (the SPS table, `dspark profile-sps`).
+The table enters only as that ratio: a shared machine runs at different speeds from one minute to the next, and a
+profile taken in a slow minute then still has the right shape. A plain round commits one token. So verifying k
+drafts every round runs at
 
-    speedup(k) = (1 + sum_{j<=k} prod_{i<=j} alpha_i) * plain_s / (plain_s + draft_s + 1/SPS(1 + k) - 1/SPS(1))
+    speedup(k) = (1 + sum_{j<=k} prod_{i<=j} alpha_i) * plain_s / (draft_s + plain_s * SPS(1) / SPS(1 + k))
 
 times plain decoding, and `best_verify_len` picks the k in 1..gamma that maximises it. `acceptance_for` inverts it
 for one alpha at every position: the acceptance a drafter needs on these costs to reach a given speedup (1: to
@@ -40,12 +42,10 @@ class ChainCosts:
         if not (math.isfinite(self.draft_s) and self.draft_s >= 0):
             raise ValueError(f"draft_s must be finite and >= 0 seconds, got {self.draft_s}")
 
-    def forward_s(self, tokens: int) -> float:
-        return 1.0 / float(self.table.lookup(torch.tensor([tokens]))[0])
-
     def round_s(self, verify_len: int) -> float:
         """A drafting round that verifies verify_len drafts (module docstring)."""
-        return self.plain_s + self.draft_s + self.forward_s(1 + verify_len) - self.forward_s(1)
+        sps = self.table.lookup(torch.tensor([1, 1 + verify_len]))
+        return self.draft_s + self.plain_s * float(sps[0] / sps[1])
 
 
 def expected_tokens(acceptance: Sequence[float], verify_len: int) -> float:
