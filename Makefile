@@ -14,7 +14,8 @@ test: setup k8s-tools
 	$(PY) -m pytest
 
 # The main job: SmolLM2-135M-Instruct answers a few chat prompts on CPU, with and without its DSpark drafter
-# (identical greedy answers; prints the text, tau and the speedup; plot and JSON under out/demo).
+# (identical greedy answers; prints the text, tau, the speedup and the acceptance this machine's costs need; plots
+# and JSON under out/demo).
 demo: setup
 	$(DSPARK) demo --target $(SMOLLM2) --drafter embedded/smollm2-dspark-chat-vocab --out out/demo
 

@@ -5,7 +5,7 @@
 - cumulative acceptance at draft position k = #rounds with n >= k / #rounds that verified >= k drafts
   (DeepSpec's accept_rate@k-1: prefix survival).
 - conditional acceptance at position k = #rounds with n >= k / #rounds with n >= k-1 that verified >= k drafts
-  (the paper's Fig. 2).
+  (the paper's Fig. 2); that denominator is `reached_by_position`, the evidence behind each rate.
 - accepted-length histogram: entry n = #rounds that accepted n drafts (n = 0..gamma), i.e. committed n + 1
   tokens for one target forward (fewer only where EOS or max_new_tokens cut the round). It sums to the rounds,
   and sum(n * entry n) is the accepted drafts. A plain round (no drafter, or the drafting gate skipped it)
@@ -30,13 +30,14 @@ def accepted_histogram(rounds: Sequence[Round], gamma: int) -> List[int]:
 def acceptance_summary(generations: Sequence[Generation], gamma: int) -> Dict:
     rounds = [r for g in generations for r in g.rounds]
     n_rounds = len(rounds)
-    cumulative, conditional = [], []
+    cumulative, conditional, reached_counts = [], [], []
     for k in range(1, gamma + 1):
         verified = [r for r in rounds if r.verify_len >= k]
         reached = [r for r in verified if r.accepted >= k - 1]
         passed = sum(r.accepted >= k for r in verified)
         cumulative.append(passed / len(verified) if verified else float("nan"))
         conditional.append(passed / len(reached) if reached else float("nan"))
+        reached_counts.append(len(reached))
     return {
         "tau": sum(r.emitted for r in rounds) / n_rounds if n_rounds else float("nan"),
         "rounds": n_rounds,
@@ -46,6 +47,7 @@ def acceptance_summary(generations: Sequence[Generation], gamma: int) -> Dict:
         "accepted_histogram": accepted_histogram(rounds, gamma),
         "cumulative_acceptance": cumulative,
         "conditional_acceptance": conditional,
+        "reached_by_position": reached_counts,
     }
 
 

@@ -28,6 +28,7 @@ from dspark.kernels.sps import SpsTable
 
 BISECTION_STEPS = 40  # alpha to within 1e-12
 REPORTED_SPEEDUPS = (1.0, 1.5, 2.0)  # the acceptance each needs goes into the report
+MIN_REACHED = 10  # rounds behind a measured acceptance rate for the report to use it
 
 
 @dataclass(frozen=True)
@@ -89,10 +90,12 @@ def speedup_curve(costs: ChainCosts, gamma: int, points: int = 101) -> list[tupl
     return [(a, best_verify_len([a] * gamma, costs)[1]) for a in (i / (points - 1) for i in range(points))]
 
 
-def speedup_report(acceptance: Sequence[float], costs: ChainCosts, gamma: int) -> dict:
-    """What the costs allow and what a drafter's measured acceptance by position (NaN where no draft was verified:
-    only the positions before the first NaN count) is expected to give."""
-    measured = list(itertools.takewhile(lambda a: not math.isnan(a), acceptance))
+def speedup_report(acceptance: Sequence[float], reached: Sequence[int], costs: ChainCosts, gamma: int) -> dict:
+    """What the costs allow and what a drafter's measured acceptance by position is expected to give. Only the
+    positions before the first that fewer than MIN_REACHED verified drafts reached count (reached[j]: the rounds
+    whose draft j + 1 was verified with every earlier one accepted; acceptance.acceptance_summary): a rate from a
+    handful of rounds says little."""
+    measured = [a for a, _ in itertools.takewhile(lambda pair: pair[1] >= MIN_REACHED, zip(acceptance, reached))]
     verify_len, speedup = best_verify_len(measured, costs) if measured else (0, None)
     return {"plain_round_s": costs.plain_s, "draft_s": costs.draft_s, "measured_acceptance": measured,
             "best_verify_len": verify_len, "expected_speedup": speedup,

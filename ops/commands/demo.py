@@ -125,7 +125,7 @@ def speedup_limits(target_model, policy, gamma: int, summary: dict, traces: dict
         return None
     plain = statistics.median(r.draft_s + r.verify_s for r in traces["target alone"])
     costs = ChainCosts(policy.sps or startup_sps(target_model, gamma + 1, 1), plain, statistics.median(drafting))
-    report = speedup_report(summary["conditional_acceptance"], costs, gamma)
+    report = speedup_report(summary["conditional_acceptance"], summary["reached_by_position"], costs, gamma)
     needed = ", ".join(f"{label} {alpha:.2f}" if alpha is not None else f"{label} out of reach"
                        for label, alpha in report["acceptance_needed"].items())
     measured = ", ".join(f"{a:.2f}" for a in report["measured_acceptance"])

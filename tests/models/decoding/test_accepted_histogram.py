@@ -11,6 +11,9 @@ def test_rounds_are_counted_by_drafts_accepted():
     assert accepted_histogram(rounds, gamma=4) == [2, 0, 2, 0, 1]
     summary = acceptance_summary([Generation([1], token_ids=[0] * 11, rounds=rounds)], gamma=4)
     assert summary["accepted_histogram"] == [2, 0, 2, 0, 1] and summary["accepted_drafts"] == 8
+    # draft k verified with the earlier ones accepted: the rounds behind each conditional rate
+    assert summary["reached_by_position"] == [4, 3, 2, 1]
+    assert summary["conditional_acceptance"] == [3 / 4, 3 / 3, 1 / 2, 1 / 1]
 
 
 def test_a_gamma_too_small_for_the_rounds_is_refused():

@@ -50,12 +50,13 @@ def test_the_curve_rises_with_acceptance():
     assert curve[-1][1] == pytest.approx(7 * 0.040 / COSTS.round_s(6))
 
 
-def test_the_report_uses_the_positions_that_were_measured():
-    report = speedup_report([0.6, 0.5, math.nan, 0.9], COSTS, 4)
+def test_the_report_uses_the_positions_enough_rounds_reached():
+    # position 3: 3 rounds (all accepted) are too few to count; position 4 is never reached
+    report = speedup_report([0.6, 0.5, 1.0, math.nan], [40, 24, 3, 0], COSTS, 4)
     assert report["measured_acceptance"] == [0.6, 0.5]
     assert report["expected_speedup"] == pytest.approx(best_verify_len([0.6, 0.5], COSTS)[1])
     assert report["acceptance_needed"]["1.5x"] == pytest.approx(acceptance_for(1.5, COSTS, 4))
-    nothing = speedup_report([math.nan] * 4, COSTS, 4)
+    nothing = speedup_report([math.nan] * 4, [0] * 4, COSTS, 4)
     assert nothing["best_verify_len"] == 0 and nothing["expected_speedup"] is None
 
 
