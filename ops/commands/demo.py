@@ -30,7 +30,7 @@ from dspark.models.evaluation.acceptance import acceptance_summary
 from dspark.models.evaluation.datasets import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, plot_speedup_bound
 from dspark.models.evaluation.run import warm_up
-from dspark.models.evaluation.speedup_bound import ChainCosts, speedup_curve, speedup_report
+from dspark.models.evaluation.speedup_bound import MIN_REACHED, ChainCosts, speedup_curve, speedup_report
 from dspark.ops.commands.decoding_args import (add_model_args, add_verify_args, draft_vocab_size, dtype_name, load_models,
                                               startup_sps, verify_policy)
 
@@ -129,8 +129,9 @@ def speedup_limits(target_model, policy, gamma: int, summary: dict, traces: dict
     needed = ", ".join(f"{label} {alpha:.2f}" if alpha is not None else f"{label} out of reach"
                        for label, alpha in report["acceptance_needed"].items())
     measured = ", ".join(f"{a:.2f}" for a in report["measured_acceptance"])
-    expected = (f"{report['expected_speedup']:.2f}x at best (verifying {report['best_verify_len']} drafts every round)"
-                if report["measured_acceptance"] else "nothing: it verified no draft")
+    expected = (f"{report['expected_speedup']:.2f}x verifying the best fixed number of drafts every round "
+                f"({report['best_verify_len']})" if report["measured_acceptance"]
+                else f"nothing yet: fewer than {MIN_REACHED} rounds verified a draft")
     print(f"on this machine a plain round takes {costs.plain_s * 1e3:.1f} ms and drafting "
           f"{costs.draft_s * 1e3:.1f} ms: this run's acceptance by position ({measured}) is expected to give "
           f"{expected}; the acceptance needed at every position: {needed}")
