@@ -23,46 +23,59 @@ the same key with the envelope form.
 SGLang types the request body as numbers only (`Dict[str, Union[int, float]]`); the plugin replaces the
 request class with one that also carries the `dspark` object (admin_request.py). SGLang answers a refused
 update with a bare `false` (the reason goes to the scheduler's log); for the `dspark` key the reason
-travels back with the reply and the endpoint answers 400 with it (409 for a version conflict).
+travels back with the reply and the endpoint answers 400 with it (409 for a version conflict). SGLang lets
+any other exception of a handler out of the scheduler's loop, which kills the scheduler, so the dspark handler
+refuses an update whose check raised anything at all, and its apply installs what the check compiled.
 """
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
 from dspark.integration import calibration, metrics, planner
 from dspark.integration.refit import current_table, with_refit
-from dspark.integration.runtime_state import VersionConflict, is_envelope
+from dspark.integration.runtime_state import VersionConflict
 from dspark.models.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 KEY = "dspark"
 CONTROLLER = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
 
 
 # The current /set_internal_state call for the dspark key (scheduler process; one call at a time, SGLang
-# validates every key before it applies any): the update as validated (a refit resolved to what it fitted, so
-# the fit runs once), why it was refused (and whether for a version conflict), or what an envelope-form update
-# applied.
-_resolved = None
+# validates every key before it applies any): the update as validated and compiled (a refit resolved to what it
+# fitted and the table read, so the fit runs once and the apply opens no file), why it was refused (and whether
+# for a version conflict), or what an envelope-form update applied.
+_checked = None
 _refusal: Optional[str] = None
 _conflict = False
 _applied: Optional[dict] = None
 
 
 def _validate(key: str, value) -> None:
+    """Refuse an update SGLang must not apply. SGLang lets any exception but UpdateRejected out of the
+    scheduler's loop, which kills the scheduler, so one that checking raised unexpectedly refuses the update too
+    (logged here, not echoed: its message may quote what it read)."""
     from sglang.srt.managers.scheduler_components.internal_state import UpdateRejected
 
-    global _resolved, _refusal, _conflict
+    global _checked, _refusal, _conflict
     if planner.store is None:
         _refusal = (f"{key} requires a DSpark draft worker with dspark's planner "
                     f"(--speculative-algorithm DSPARK and a ragged verify mode)")
         raise UpdateRejected(_refusal)
     try:
-        _resolved = with_refit(value)
-        planner.store.check(_resolved)
+        _checked = planner.store.check(with_refit(value))
+        return
     except ConfigError as err:
         _refusal, _conflict = str(err), isinstance(err, VersionConflict)
-        metrics.observe_update("conflict" if _conflict else "refused")
-        raise UpdateRejected(_refusal) from None
+    except Exception as err:  # a bug, not the caller's doing: keep serving on the state in effect
+        logger.exception("dspark: checking a runtime state update failed")
+        _refusal, _conflict = (f"dspark runtime state update rejected: it could not be checked "
+                               f"({type(err).__name__}; see the server log)"), False
+        planner.store.last_rejection = _refusal
+    metrics.observe_update("conflict" if _conflict else "refused")
+    raise UpdateRejected(_refusal)
 
 
 def _reply_with_reason(original, controller, recv_req):
@@ -71,8 +84,8 @@ def _reply_with_reason(original, controller, recv_req):
 
     from dspark.integration.admin_request import AppliedInternalStateReqOutput, RejectedInternalStateReqOutput
 
-    global _resolved, _refusal, _conflict, _applied
-    _resolved, _refusal, _conflict, _applied = None, None, False, None
+    global _checked, _refusal, _conflict, _applied
+    _checked, _refusal, _conflict, _applied = None, None, False, None
     reply = original(controller, recv_req)
     fields = msgspec.structs.asdict(reply)
     if reply.updated:
@@ -98,12 +111,11 @@ async def _answer_400_with_reason(original, manager, obj):
 
 def _apply(key: str, value) -> None:
     global _applied
-    value = _resolved  # as _validate resolved and checked it
-    outcome = planner.store.update(value)
+    outcome = planner.store.install(*_checked)  # as _validate resolved, checked and compiled it
     metrics.observe_update("applied" if outcome["applied"] else "validated")
     if outcome["applied"]:
         planner.trace.reset()  # budgets are reported per state
-    if is_envelope(value):  # the envelope form answers with what it did
+    if _checked[1].envelope:  # the envelope form (a refit included) answers with what it did
         _applied = outcome
 
 

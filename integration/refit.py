@@ -7,7 +7,10 @@ undoable like any change:
 
     {"refit_sts": {"min_samples": N}, "caller": ..., "expected_version": ...}   -> set sts_temperatures
     {"refit_sps": {"min_samples": N}, ...}   -> set sps_table to the measured table, written under
-                                                $DSPARK_CACHE/sps/refit/ (named by its content)
+                                                <SPS dir>/refit/ (models/decoding/sps_paths.py; default
+                                                $DSPARK_CACHE/sps/refit/), named by its content
+
+N is at least 1 and at most the window's size (MIN_SAMPLES_MAX: more could never be met).
 
 Automatically, when the live setting `auto_refit_ece` is set: every time the calibration gauges are computed
 (rounds.py), a window of at least `auto_refit_min_samples` rows in which some position with at least
@@ -28,14 +31,16 @@ from typing import Any, Optional
 from dspark.integration import calibration, metrics, planner
 from dspark.kernels.sps import SpsTable
 from dspark.models.decoding.settings import VerifySettings
-from dspark.models.cache import cache_root
-from dspark.models.errors import ConfigError
+from dspark.models.decoding.round_cost import RoundCosts
+from dspark.models.decoding.sps_paths import sps_write_dir
+from dspark.models.errors import ConfigError, shown
 
 logger = logging.getLogger(__name__)
 
 REFITS = ("refit_sts", "refit_sps")
 AUTO_REFIT_CALLER = "auto-refit"
 AUTO_REFIT_MIN_LABELLED = 32
+MIN_SAMPLES_MAX = {"refit_sts": calibration.WINDOW, "refit_sps": RoundCosts.WINDOW}  # the windows' sizes
 
 
 def with_refit(value: Any) -> Any:
@@ -45,13 +50,15 @@ def with_refit(value: Any) -> Any:
         return value
     kinds = [kind for kind in REFITS if kind in value]
     if len(kinds) > 1 or "set" in value or "rollback_to" in value:
-        raise ConfigError(f"a dspark update takes one of {list(REFITS)}, set or rollback_to, got {sorted(value)}")
+        raise ConfigError(f"a dspark update takes one of {list(REFITS)}, set or rollback_to, got "
+                          f"{shown(sorted(value))}")
     options = value[kinds[0]]
     if not isinstance(options, dict) or set(options) - {"min_samples"}:
-        raise ConfigError(f"{kinds[0]} takes {{\"min_samples\": N}}, got {options!r}")
-    minimum = options.get("min_samples", 1)
-    if isinstance(minimum, bool) or not isinstance(minimum, int):
-        raise ConfigError(f"{kinds[0]}.min_samples must be an integer, got {minimum!r}")
+        raise ConfigError(f"{kinds[0]} takes {{\"min_samples\": N}}, got {shown(options)}")
+    minimum, most = options.get("min_samples", 1), MIN_SAMPLES_MAX[kinds[0]]
+    if isinstance(minimum, bool) or not isinstance(minimum, int) or not 1 <= minimum <= most:
+        raise ConfigError(f"{kinds[0]}.min_samples must be an integer in 1..{most} (the live window's size), "
+                          f"got {shown(minimum)}")
     fitted = ({"sts_temperatures": calibration.window.refit(minimum)} if kinds[0] == "refit_sts"
               else {"sps_table": measured_table(minimum)})
     return {**{k: v for k, v in value.items() if k != kinds[0]}, "set": fitted}
@@ -72,7 +79,7 @@ def measured_table(min_samples: int) -> str:
     fitted = SpsTable(fitted.sample_batch_tokens, tuple(planner.agreed(list(fitted.sample_steps_per_sec),
                                                                        planner.group)), fitted.max_batch_tokens)
     text = json.dumps(fitted.to_json(), indent=1) + "\n"
-    path = cache_root() / "sps" / "refit" / f"sps-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    path = sps_write_dir() / "refit" / f"sps-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return str(path)

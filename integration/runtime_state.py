@@ -17,6 +17,12 @@ reason is kept as `last_rejection`. Each accepted change gets the next version (
 changes nothing) and a history entry (who, when, what), the last HISTORY of which are kept. `expected_version`
 makes an update conditional: on any other current version it is refused as a `VersionConflict`. A rollback
 installs the state of an earlier version (default: the one before the current) as a new version.
+
+An update's values cannot take the scheduler down: an `sps_table` it names must lie under the SPS directories
+or be the table the server started with, checked before the file is opened (models/decoding/sps_paths.py);
+reading or parsing a table fails as a ConfigError that never quotes the file; `caller` is at most MAX_CALLER
+characters; every value a refusal echoes is clipped (models/errors.py `shown`). `check` reads the table once,
+and `install` swaps in what it compiled, so applying a checked update opens no file.
 """
 from __future__ import annotations
 
@@ -31,14 +37,16 @@ import torch
 
 from dspark.kernels.sps import SpsTable
 from dspark.models.decoding.settings import SGLANG_POLICY, VerifySettings
+from dspark.models.decoding.sps_paths import confined_sps_path
 from dspark.models.decoding.sps_profile import load_sps
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
-from dspark.models.errors import ConfigError
+from dspark.models.errors import ConfigError, shown
 
 ENV_VAR = "DSPARK_RUNTIME_STATE"
 HISTORY = 32
 ENVELOPE_KEYS = ("set", "rollback_to", "expected_version", "caller", "validate_only")
 PREVIOUS = "previous"
+MAX_CALLER = 128  # characters: a token's name, "http", "auto-refit"
 
 
 class VersionConflict(ConfigError):
@@ -60,6 +68,7 @@ class Update:
     expected_version: Optional[int] = None
     caller: str = "http"
     validate_only: bool = False
+    envelope: bool = False  # the envelope form, which answers with what it did
 
 
 @dataclass(frozen=True)
@@ -99,20 +108,22 @@ def parse_update(value: Any) -> Update:
         return Update(changes=value)
     unknown = sorted(set(value) - set(ENVELOPE_KEYS))
     if unknown:
-        raise ConfigError(f"unknown key(s) {unknown} in a dspark update; known: {list(ENVELOPE_KEYS)}")
+        raise ConfigError(f"unknown key(s) {shown(unknown)} in a dspark update; known: {list(ENVELOPE_KEYS)}")
     if ("set" in value) == ("rollback_to" in value):
         raise ConfigError("a dspark update has either `set` or `rollback_to`, not both")
     expected, caller = value.get("expected_version"), value.get("caller", "http")
     rollback_to = value.get("rollback_to")
     if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)):
-        raise ConfigError(f"expected_version must be an integer or null, got {expected!r}")
+        raise ConfigError(f"expected_version must be an integer or null, got {shown(expected)}")
     if not isinstance(caller, str) or not isinstance(value.get("validate_only", False), bool):
         raise ConfigError("caller must be a string and validate_only a boolean")
+    if len(caller) > MAX_CALLER:
+        raise ConfigError(f"caller must be at most {MAX_CALLER} characters, got {shown(caller)}")
     if "rollback_to" in value and rollback_to != PREVIOUS and (isinstance(rollback_to, bool)
                                                              or not isinstance(rollback_to, int)):
-        raise ConfigError(f"rollback_to must be a version number or {PREVIOUS!r}, got {rollback_to!r}")
+        raise ConfigError(f"rollback_to must be a version number or {PREVIOUS!r}, got {shown(rollback_to)}")
     return Update(value.get("set"), rollback_to if "rollback_to" in value else None, expected, caller,
-                  value.get("validate_only", False))
+                  value.get("validate_only", False), envelope=True)
 
 
 class RuntimeStateStore:
@@ -121,6 +132,7 @@ class RuntimeStateStore:
     def __init__(self, initial: VerifySettings, gamma: int, clock=time.time):
         self.gamma, self.clock = gamma, clock
         self.planner = compile_state(initial, gamma)
+        self.started_with_table = initial.sps_table  # the one table a live update may name outside the SPS dirs
         self.version = 0
         self.history: deque[Change] = deque([Change(0, initial, "startup", clock(), "initial")], maxlen=HISTORY)
         self.last_rejection: Optional[str] = None
@@ -141,6 +153,8 @@ class RuntimeStateStore:
                                       f"{self.version}: read the state again and redo the change")
             state = (self.rolled_back_state(update.rollback_to) if update.changes is None
                      else VerifySettings.from_dict(update.changes, self.planner.state))
+            if update.changes is not None and update.changes.get("sps_table") is not None:
+                confined_sps_path(state.sps_table, self.started_with_table)
             return compile_state(state, self.gamma), update
         except ConfigError as err:
             self.last_rejection = f"dspark runtime state update rejected: {err}"
@@ -159,7 +173,10 @@ class RuntimeStateStore:
 
     def update(self, value: Any) -> dict:
         """Apply an update (either form): {"applied", "version", "state"} (validate_only: the state it would give)."""
-        planner, update = self.check(value)
+        return self.install(*self.check(value))
+
+    def install(self, planner: Planner, update: Update) -> dict:
+        """Apply what `check` returned (as `update`); nothing here can fail."""
         self.last_rejection = None
         if not update.validate_only:
             self.planner, self.version = planner, self.version + 1

@@ -6,7 +6,8 @@
 2. Ragged verification plans against an SPS table, and SGLang treats a missing one as "verify
    everything". Without `--speculative-dspark-sps-table-path` the plugin profiles the target here
    (models/decoding/sps_profile.py: warm-up, repeats, verify-shaped probes up to a full batch of
-   blocks), logs the table, writes it under `$DSPARK_CACHE/sps/` keyed by target, device, dtype and
+   blocks), logs the table, writes it under the SPS directory (models/decoding/sps_paths.py; default
+   `$DSPARK_CACHE/sps/`) keyed by target, device, dtype and
    threads, and hands its path to SGLang; later starts reuse it. The probes run the target through
    transformers on the server's device: on CPU that is the same torch-native math SGLang runs; on a GPU
    it omits CUDA graphs, so pass a table from SGLang's own profiler there for the best plans.
@@ -19,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from dspark.models.cache import cache_root
 from dspark.models.checkpoint import read_drafter_config
+from dspark.models.decoding.sps_paths import sps_write_dir
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ DTYPES = {"float32": torch.float32, "float": torch.float32, "bfloat16": torch.bf
 def sps_cache_path(target: Path, device: str, dtype: torch.dtype) -> Path:
     config = target / "config.json"
     key = f"{target.resolve()}|{config.stat().st_mtime_ns}|{device}|{dtype}|{torch.get_num_threads()}"
-    return cache_root() / "sps" / f"{target.name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
+    return sps_write_dir() / f"{target.name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
 
 
 def profile_table(target: Path, device: str, dtype: torch.dtype, tokens_per_request: int, max_requests: int):

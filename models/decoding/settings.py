@@ -12,9 +12,10 @@ in its metadata, and everything that sets these values derives from it:
                          fails when a flag or a proto field drifts in name, default or range)
 
 Validation is the same whatever the policy: a value out of its range, of the wrong type or not among the
-choices is an error even where that policy does not read it. Two checks need the drafter's gamma (the verify
-lengths and the STS temperatures): `check_gamma`. Policy names live here; kernels/allocate.py implements
-the policies and knows nothing of this module.
+choices is an error even where that policy does not read it; the error echoes the value clipped to a few
+hundred characters (models/errors.py `shown`: a live update's refusal is served back). Two checks need the
+drafter's gamma (the verify lengths and the STS temperatures): `check_gamma`. Policy names live here;
+kernels/allocate.py implements the policies and knows nothing of this module.
 
     policy            causal (paper Algorithm 1) | lagged (paper 5.2) | threshold | fixed | mtp1, or sglang:
                       SGLang's built-in planner (served only)
@@ -44,7 +45,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Optional, Union
 
-from dspark.models.errors import ConfigError
+from dspark.models.errors import ConfigError, shown
 
 ALLOCATOR_POLICIES = ("causal", "lagged", "threshold", "fixed", "mtp1")  # kernels/allocate.py runs these
 SGLANG_POLICY = "sglang"  # SGLang's own DSpark planner, kept for comparison in the server
@@ -141,7 +142,7 @@ class VerifySettings:
             raise ConfigError(f"dspark settings must be a JSON object, got {type(raw).__name__}")
         unknown = sorted(set(raw) - set(names()))
         if unknown:
-            raise ConfigError(f"unknown dspark setting(s) {unknown}; known: {list(names())}")
+            raise ConfigError(f"unknown dspark setting(s) {shown(unknown)}; known: {list(names())}")
         changes = dict(raw)
         if isinstance(changes.get("sts_temperatures"), list):
             changes["sts_temperatures"] = tuple(changes["sts_temperatures"])
@@ -179,7 +180,7 @@ def check_value(name: str, value: Any, spec: Spec, settings: VerifySettings) -> 
         return
     if spec.per_position:
         if not isinstance(value, (list, tuple)) or not value:
-            raise ConfigError(f"{name} must be a list of per-position numbers or null, got {value!r}")
+            raise ConfigError(f"{name} must be a list of per-position numbers or null, got {shown(value)}")
         for item in value:
             check_scalar(name, item, spec, settings)
         return
@@ -189,17 +190,17 @@ def check_value(name: str, value: Any, spec: Spec, settings: VerifySettings) -> 
 def check_scalar(name: str, value: Any, spec: Spec, settings: VerifySettings) -> None:
     if spec.kind is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{name} must be a string, got {value!r}")
+            raise ConfigError(f"{name} must be a string, got {shown(value)}")
         if spec.choices and value not in spec.choices:
-            raise ConfigError(f"{name} must be {spec.range_text()}, got {value!r}")
+            raise ConfigError(f"{name} must be {spec.range_text()}, got {shown(value)}")
         return
     numeric = (int, float) if spec.kind is float else (int,)
     if isinstance(value, bool) or not isinstance(value, numeric) or not math.isfinite(value):
         raise ConfigError(f"{name} must be {'a finite number' if spec.kind is float else 'an integer'}"
-                          f"{' or null' if spec.nullable else ''}, got {value!r}")
+                          f"{' or null' if spec.nullable else ''}, got {shown(value)}")
     low = getattr(settings, spec.low) if isinstance(spec.low, str) and spec.low != GAMMA else spec.low
     high = None if spec.high == GAMMA else spec.high
     too_low = low is not None and (value <= low if spec.low_open else value < low)
     if too_low or (high is not None and value > high):
         raise ConfigError(f"{name} must be in {spec.range_text()}"
-                          f"{f' (= {spec.low} {low})' if isinstance(spec.low, str) else ''}, got {value!r}")
+                          f"{f' (= {spec.low} {low})' if isinstance(spec.low, str) else ''}, got {shown(value)}")

@@ -17,11 +17,13 @@ SmolLM2 on 2 shared cores, four startup profiles of 1-7 tokens, 3 repeats each: 
 45/45/45/53 ms this way, 50/47/86/52 ms one size at a time with that envelope, whose 86 ms then stood for every
 size up to 7 (an 81 ms one, in a run with the demo's settings, kept its planner at one draft in 422 of 424
 rounds). The result is an SpsTable (kernels/sps.py), the schema SGLang reads, plus the raw timings for the plot;
-`load_sps` reads one back.
+`load_sps` reads one back, turning every failure into a ConfigError that never quotes the file (which
+paths a live update may name: sps_paths.py).
 """
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -32,8 +34,9 @@ from tqdm import tqdm
 
 from dspark.kernels.sps import SpsTable
 from dspark.models.decoding.target import TargetRunner
-from dspark.models.errors import ConfigError
+from dspark.models.errors import SHOWN_CHARS, ConfigError, clipped
 
+MAX_TABLE_BYTES = 1 << 20  # a real table is a few hundred bytes
 DEFAULT_BATCH_TOKENS = (1, 2, 4, 7, 8, 14, 16, 28, 32, 48, 64, 96, 128, 192, 256)
 
 
@@ -110,17 +113,28 @@ def profile_sps(model: torch.nn.Module, batch_tokens: Sequence[int] = DEFAULT_BA
 
 
 def load_sps(path: Path | str) -> SpsTable:
-    """Read an SPS table JSON (SGLang's SpsCostTable schema); a ConfigError names what is wrong."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"SPS table {path} does not exist (write one with `dspark profile-sps`)")
+    """Read an SPS table JSON (SGLang's SpsCostTable schema). Every failure to read or parse it (an unreadable or
+    overlong path, a directory, a file over MAX_TABLE_BYTES, bytes that are not UTF-8 JSON, missing fields, values
+    the table's rules refuse) is a ConfigError that names the path and the kind of failure but never the file's
+    contents or the parser's positions: a live update's refusal is served back to its caller."""
+    where = f"SPS table {clipped(str(path), SHOWN_CHARS)}"
     try:
-        data = json.loads(path.read_text())
+        path = Path(path)
+        if not path.is_file():  # before opening: a FIFO or a device would block or never end
+            raise ConfigError(f"{where} does not exist or is not a file (write one with `dspark profile-sps`)")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_TABLE_BYTES + 1)
+        if len(raw) > MAX_TABLE_BYTES:
+            raise ConfigError(f"{where} is over {MAX_TABLE_BYTES} bytes: not an SPS table")
+        data = json.loads(raw.decode("utf-8"))
         fields = data["sample_batch_tokens"], data["sample_steps_per_sec"], data["max_batch_tokens"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ConfigError(f"SPS table {path} is not an SpsCostTable JSON (sample_batch_tokens, "
-                          f"sample_steps_per_sec, max_batch_tokens): {type(err).__name__}: {err}") from None
-    try:
         return SpsTable(tuple(int(t) for t in fields[0]), tuple(float(s) for s in fields[1]), int(fields[2]))
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"SPS table {path}: {err}") from None
+    except ConfigError:
+        raise
+    except OSError as err:  # ENAMETOOLONG, EACCES, EISDIR, ...
+        raise ConfigError(f"{where} cannot be read: {os.strerror(err.errno) if err.errno else type(err).__name__}"
+                          ) from None
+    except Exception as err:  # UnicodeDecodeError, JSONDecodeError, KeyError, the table's ValueError, ...
+        raise ConfigError(f"{where} is not an SpsCostTable JSON ({type(err).__name__}): UTF-8 JSON with "
+                          f"sample_batch_tokens (positive, strictly increasing), as many sample_steps_per_sec "
+                          f"(finite, > 0) and max_batch_tokens (>= the largest size)") from None

@@ -88,3 +88,21 @@ def test_sps_refit_needs_a_table_to_refit(served):
     served.update({"policy": "sglang"})
     with pytest.raises(ConfigError, match="no SPS table to refit"):
         refit.with_refit({"refit_sps": {"min_samples": 1}})
+
+
+@pytest.mark.parametrize("kind, value, bound", [
+    ("refit_sts", 0, calibration.WINDOW), ("refit_sts", -5, calibration.WINDOW),
+    ("refit_sts", calibration.WINDOW + 1, calibration.WINDOW), ("refit_sps", -1, 2048), ("refit_sps", 2049, 2048),
+])
+def test_sample_counts_outside_one_to_the_window_are_refused(served, kind, value, bound):
+    with pytest.raises(ConfigError, match=rf"{kind}.min_samples must be an integer in 1..{bound} .*got {value}$"):
+        refit.with_refit({kind: {"min_samples": value}})
+
+
+def test_sps_refit_writes_where_dspark_sps_dir_says(served, tmp_path, monkeypatch):
+    monkeypatch.setenv("DSPARK_SPS_DIR", str(tmp_path / "tables"))
+    for _ in range(10):
+        planner.clock.costs.add(3, 0.05)
+    update = refit.with_refit({"refit_sps": {"min_samples": 10}})
+    assert Path(update["set"]["sps_table"]).parent == tmp_path / "tables" / "refit"
+    assert served.update(update)["applied"]  # and the scheduler accepts it from there

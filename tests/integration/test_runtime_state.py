@@ -118,3 +118,78 @@ def test_initial_state_from_the_environment_takes_sglangs_sps_table(monkeypatch,
     monkeypatch.setenv(ENV_VAR, json.dumps({"policy": "causal"}))
     with pytest.raises(ConfigError, match="needs an SPS table"):
         RuntimeStateStore.from_environment(GAMMA, None)
+
+
+TABLE = {"sample_batch_tokens": [1, 4, 16], "sample_steps_per_sec": [100.0, 90.0, 40.0], "max_batch_tokens": 16}
+
+
+@pytest.fixture
+def sps_dir(tmp_path, monkeypatch):
+    """The SPS directory of a scheduler whose cache is tmp_path/cache, holding one valid table."""
+    monkeypatch.setenv("DSPARK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("DSPARK_SPS_DIR", raising=False)
+    folder = tmp_path / "cache" / "sps"
+    folder.mkdir(parents=True)
+    (folder / "ok.json").write_text(json.dumps(TABLE))
+    return folder
+
+
+@pytest.mark.parametrize("validate_only", [False, True])
+def test_a_live_table_outside_the_sps_directory_is_refused_though_it_would_load(sps_dir, tmp_path, validate_only):
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps(TABLE))  # a valid table: only where it lies refuses it
+    store = RuntimeStateStore(State(policy="fixed"), GAMMA)
+    with pytest.raises(ConfigError, match=f"sps_table must name a table under {sps_dir}"):
+        store.update({"set": {"sps_table": str(outside)}, "validate_only": validate_only})
+    with pytest.raises(ConfigError, match="sps_table must be a path without NUL of at most 4096 bytes"):
+        store.update({"sps_table": "/" + "a" * 256})  # the bare (HTTP) form too; ENAMETOOLONG never reached
+    assert store.version == 0 and "must be a path" in store.report()["last_rejection"]
+    assert store.update({"set": {"sps_table": str(sps_dir / "ok.json")}, "validate_only": validate_only})["state"][
+        "sps_table"] == str(sps_dir / "ok.json")
+
+
+def test_the_table_the_server_started_with_stays_allowed_wherever_it_lies(sps_dir, tmp_path):
+    started = tmp_path / "etc" / "sps.json"
+    started.parent.mkdir()
+    started.write_text(json.dumps(TABLE))
+    store = RuntimeStateStore(State(policy="causal", sps_table=str(started)), GAMMA)
+    store.update({"sps_table": str(sps_dir / "ok.json")})
+    assert store.update({"sps_table": str(started)})["state"]["sps_table"] == str(started)
+    assert store.update({"rollback_to": 0})["state"]["sps_table"] == str(started)
+
+
+def test_a_table_that_cannot_be_parsed_is_refused_and_its_contents_stay_out_of_last_rejection(sps_dir):
+    (sps_dir / "binary.json").write_bytes(b"\xff\xfe secret-bytes \x00")
+    (sps_dir / "broken.json").write_text('{"secret-key": [1, 2')
+    store = RuntimeStateStore(State(policy="fixed"), GAMMA)
+    for name in ("binary.json", "broken.json"):
+        with pytest.raises(ConfigError, match="is not an SpsCostTable JSON"):
+            store.update({"set": {"sps_table": str(sps_dir / name)}, "validate_only": True})
+        assert "secret" not in store.report()["last_rejection"] and "column" not in store.report()["last_rejection"]
+    assert store.version == 0
+
+
+def test_callers_and_echoed_values_are_capped(sps_dir):
+    store = RuntimeStateStore(State(policy="fixed"), GAMMA)
+    with pytest.raises(ConfigError, match="caller must be at most 128 characters"):
+        store.update({"set": {"policy": "mtp1"}, "caller": "c" * 1_000_000})
+    assert store.update({"set": {"policy": "mtp1"}, "caller": "c" * 128})["applied"]
+    for update in ({"policy": "p" * 1_000_000}, {"set": {"x" * 1_000_000: 1}}, {"set": {}, "y" * 1_000_000: 1},
+                   {"rollback_to": "z" * 1_000_000}):
+        with pytest.raises(ConfigError):
+            store.update(update)
+        assert len(store.report()["last_rejection"]) < 600 and "chars)" in store.report()["last_rejection"]
+
+
+def test_an_unexpected_error_while_checking_refuses_the_update_instead_of_killing_the_scheduler(monkeypatch):
+    from sglang.srt.managers.scheduler_components.internal_state import UpdateRejected
+
+    from dspark.integration import admin, planner
+
+    monkeypatch.setattr(planner, "store", RuntimeStateStore(State(policy="fixed"), GAMMA))
+    with pytest.raises(UpdateRejected, match=r"could not be checked \(TypeError; see the server log\)"):
+        admin._validate(admin.KEY, {"set": {1: "a", "speed": "b"}})  # sorting unknown int and str keys raises
+    assert planner.store.version == 0 and "could not be checked" in planner.store.report()["last_rejection"]
+    admin._validate(admin.KEY, {"set": {"policy": "mtp1"}, "caller": "ops"})
+    admin._apply(admin.KEY, None)  # installs what the check compiled
+    assert planner.store.version == 1 and planner.store.planner.state.policy == "mtp1"

@@ -157,7 +157,8 @@ def test_causal_policy_serves_target_greedy(server, reference):
     ({"policy": "beam"}, "policy must be one of"),
     ({"min_verify_length": 9}, "min_verify_length must be in 0..gamma with gamma=5"),
     ({"sts_temperatures": [1.0, 1.0]}, "sts_temperatures must be 5"),
-    ({"sps_table": "/nonexistent/sps.json"}, "does not exist"),
+    ({"sps_table": "/nonexistent/sps.json"}, "sps_table must name a table under"),  # outside the SPS directory
+    ({"sps_table": "/" + "a" * 256}, "sps_table must be a path without NUL"),  # ENAMETOOLONG took schedulers down
     ({"speed": "max"}, "unknown dspark setting"),
     ({"drafting": "sometimes"}, "drafting must be one of auto|always|never"),
 ])

@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from dspark.models.decoding.sps_profile import load_sps, probe_shape, probe_sizes, profile_sps
+from dspark.models.decoding.sps_profile import (MAX_TABLE_BYTES, load_sps, probe_shape, probe_sizes,
+                                                profile_sps)
 from dspark.models.errors import ConfigError
 from dspark.ops.cli import main
 from tests.paths import EMBEDDED_TARGET
@@ -73,3 +74,37 @@ def test_bad_probe_settings_are_named(embedded_target):
 def test_probes_every_size_of_one_block_then_powers_of_two():
     assert probe_sizes(28, 7) == [1, 2, 3, 4, 5, 6, 7, 8, 16, 28]
     assert probe_sizes(4, 7) == [1, 2, 3, 4]
+
+
+SECRET = "do-not-echo-4f2a"  # content a refused table must not leak into the message
+
+
+@pytest.mark.parametrize("name, content, kind", [
+    ("binary.json", b"\x89PNG\r\n\x1a\n\xff\xfe" + SECRET.encode(), "UnicodeDecodeError"),
+    ("syntax.json", f'{{"sample_batch_tokens": [1, 2], "{SECRET}": '.encode(), "JSONDecodeError"),
+    ("fields.json", json.dumps({SECRET: 1}).encode(), "KeyError"),
+    ("values.json", json.dumps({"sample_batch_tokens": [4, 1], "sample_steps_per_sec": [1.0, 2.0],
+                                "max_batch_tokens": SECRET}).encode(), "ValueError"),
+    ("values.json", json.dumps({"sample_batch_tokens": [4, 1], "sample_steps_per_sec": [1.0, 2.0],
+                                "max_batch_tokens": 8}).encode(), "ValueError"),  # the table's own rule
+    ("deep.json", b"[" * 100_000, "RecursionError"),
+    ("big.json", b" " * (MAX_TABLE_BYTES + 1), "over 1048576 bytes"),
+])
+def test_every_failure_to_read_a_table_is_a_config_error_that_quotes_nothing_of_it(tmp_path, name, content, kind):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as refused:
+        load_sps(path)
+    message = str(refused.value)
+    assert kind in message and str(path) in message
+    assert SECRET not in message and "line 1" not in message and "[4, 1]" not in message
+
+
+@pytest.mark.parametrize("path, problem", [
+    ("/" + "a" * 256, "cannot be read: File name too long"),  # ENAMETOOLONG from the file system
+    ("/", "does not exist or is not a file"),
+    ("/tmp/\0x", "does not exist or is not a file"),  # a NUL byte
+])
+def test_unreadable_paths_are_config_errors(path, problem):
+    with pytest.raises(ConfigError, match=problem):
+        load_sps(path)
