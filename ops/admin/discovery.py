@@ -6,6 +6,9 @@
                                  EndpointSlices (discovery.k8s.io/v1, or v1beta1 on older clusters), else its
                                  Endpoints; the port named by --k8s-port-name (default "admin")
 
+Without TLS (--tls-ca) a token goes in plaintext, so `dspark admin` refuses to send one to an address the
+Kubernetes API listed off loopback unless --admin-insecure (refuse_plaintext_off_loopback).
+
 The API is reached with the pod's service account when running in a cluster (KUBERNETES_SERVICE_HOST and
 the mounted token), else with the current context of the kubeconfig ($KUBECONFIG or ~/.kube/config): bearer
 token or client certificate, CA or insecure-skip-tls-verify. It needs only get/list on endpointslices and
@@ -25,20 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from dspark.models.errors import ConfigError
+from dspark.integration.addresses import http_url, is_loopback, join_host_port, split_host_port
+from dspark.models.errors import ConfigError, shown
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(f"{address!r} is not host:port")
-    return host.strip("[]"), int(port)
-
-
-def join_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def from_list(values: list[str]) -> list[str]:
@@ -47,6 +40,15 @@ def from_list(values: list[str]) -> list[str]:
         for address in filter(None, (v.strip() for v in value.split(","))):
             out.append(join_host_port(*split_host_port(address)))
     return out
+
+
+def refuse_plaintext_off_loopback(addresses: list[str], source: str) -> None:
+    """A bearer token sent without TLS can be read by whoever answers: refuse when `source` listed any address
+    that is not this machine's."""
+    remote = [a for a in addresses if not is_loopback(split_host_port(a)[0])]
+    if remote:
+        raise ConfigError(f"refusing to send the admin token in plaintext to {shown(remote)} (listed by {source}): "
+                          f"without TLS only loopback addresses get it; give --tls-ca, or pass --admin-insecure")
 
 
 def from_dns(name_port: str) -> list[str]:
@@ -86,7 +88,7 @@ def kube_api(kubeconfig: Optional[Path] = None) -> KubeApi:
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST") and SERVICE_ACCOUNT.is_dir():
         host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")
         context = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
-        return KubeApi(f"https://{join_host_port(host, int(port))}", (SERVICE_ACCOUNT / "token").read_text().strip(),
+        return KubeApi(http_url(host, int(port), "https"), (SERVICE_ACCOUNT / "token").read_text().strip(),
                        context, (SERVICE_ACCOUNT / "namespace").read_text().strip())
     return from_kubeconfig(kubeconfig or Path(os.environ.get("KUBECONFIG", Path.home() / ".kube" / "config")))
 

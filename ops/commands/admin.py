@@ -7,7 +7,9 @@
     dspark admin rollback | history | profile-sps | calibrate   (same addressing)
     dspark admin restart --k8s-service prod/dspark-admin --token-file admin   # rolling, one replica at a time
 
-Replicas: --replica (repeatable), --dns, --k8s-service (ops/admin/discovery.py). `set` is the two-phase
+Replicas: --replica (repeatable), --dns, --k8s-service (ops/admin/discovery.py); a token is not sent in
+plaintext to an address --k8s-service lists off loopback (any pod the EndpointSlice names would read it) unless
+--tls-ca or --admin-insecure is given. `set` is the two-phase
 fleet change of ops/admin/fleet.py; the exit status is 0 only when every replica converged. `restart` drains
 and restarts each replica's SGLang in place, keeping its live settings (ops/admin/restart.py). Tables by
 default, JSON with --json.
@@ -27,6 +29,7 @@ from dspark.ops.admin import discovery
 from dspark.ops.admin.client import AdminClient, Credentials
 from dspark.ops.admin.convert import message_to_settings
 from dspark.ops.admin.fleet import describe, fleet_update, in_parallel, rolling_restart
+from dspark.ops.commands.arg_types import finite_float
 from dspark.ops.commands.settings_args import add_settings_patch_args, settings_patch
 
 ACTIONS = ("get", "set", "watch", "rollback", "history", "profile-sps", "calibrate", "restart")
@@ -42,11 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         if action == "set":
             add_settings_patch_args(sub, "settings to change (models/decoding/settings.py)")
             sub.add_argument("--canary", type=int, default=0, help="apply to this many replicas first")
-            sub.add_argument("--canary-wait", type=float, default=30.0, help="seconds the canary must hold")
-            sub.add_argument("--canary-min-tau", type=float, default=None, help="tau the canary must keep")
+            sub.add_argument("--canary-wait", type=finite_float, default=30.0, help="seconds the canary must hold")
+            sub.add_argument("--canary-min-tau", type=finite_float, default=None, help="tau the canary must keep")
         if action == "watch":
-            sub.add_argument("--interval", type=float, default=1.0, help="seconds between stats")
-            sub.add_argument("--duration", type=float, default=10.0, help="stop after this many seconds")
+            sub.add_argument("--interval", type=finite_float, default=1.0, help="seconds between stats")
+            sub.add_argument("--duration", type=finite_float, default=10.0, help="stop after this many seconds")
         if action == "rollback":
             sub.add_argument("--to-version", type=int, default=None, help="default: the previous version")
         if action == "calibrate":
@@ -58,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             sub.add_argument("--min-samples", type=int, default=0,
                              help="--from-traffic: measured rounds the live window must hold (default 256)")
         if action == "restart":
-            sub.add_argument("--restart-timeout", type=float, default=0.0,
+            sub.add_argument("--restart-timeout", type=finite_float, default=0.0,
                              help="seconds each replica gets to serve again (default 1800)")
         sub.set_defaults(func=run)
 
@@ -76,8 +79,10 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
     auth.add_argument("--tls-cert", type=Path, default=None, help="client certificate (mTLS)")
     auth.add_argument("--tls-key", type=Path, default=None, help="client key (mTLS)")
     auth.add_argument("--tls-server-name", default=None, help="TLS name to verify instead of the host")
+    auth.add_argument("--admin-insecure", action="store_true",
+                      help="send the token in plaintext to non-loopback addresses --k8s-service lists")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per call")
+    parser.add_argument("--timeout", type=finite_float, default=30.0, help="seconds per call")
 
 
 def replicas(args: argparse.Namespace) -> list[str]:
@@ -86,7 +91,10 @@ def replicas(args: argparse.Namespace) -> list[str]:
         found += discovery.from_dns(args.dns)
     if args.k8s_service:
         api = discovery.kube_api(args.kubeconfig)
-        found += discovery.from_kubernetes(args.k8s_service, args.k8s_port_name, api)
+        listed = discovery.from_kubernetes(args.k8s_service, args.k8s_port_name, api)
+        if args.token_file is not None and args.tls_ca is None and not args.admin_insecure:
+            discovery.refuse_plaintext_off_loopback(listed, "--k8s-service")
+        found += listed
     if not found:
         raise ConfigError("no replicas: give --replica, --dns or --k8s-service (and check that they are ready)")
     return list(dict.fromkeys(found))

@@ -36,6 +36,7 @@ from dspark.models.evaluation.paired import format_ratio
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_load, plot_sps
 from dspark.models.evaluation.scheduling import NO_SPEC, LoadSettings, measure_load, with_no_spec_ratio
 from dspark.models.evaluation.simulate import SIMULATION, extend_sps, fit_cost, simulate, simulate_no_spec
+from dspark.ops.commands.arg_types import finite_float
 from dspark.ops.commands.decoding_args import add_drafting_arg, add_model_args, dtype_name, load_models
 
 
@@ -48,13 +49,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     parser.add_argument("--simulate-to", type=int, default=1024, help="largest simulated concurrency (0: none)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--temperature", type=finite_float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
-    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-p", type=finite_float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of every (policy, concurrency), in rotating order: the median is reported")
-    parser.add_argument("--threshold", type=float, default=0.3, help="the threshold policy's survival threshold")
+    parser.add_argument("--threshold", type=finite_float, default=0.3,
+                        help="the threshold policy's survival threshold")
     parser.add_argument("--sps-table", type=Path, default=None, help="SPS JSON (default: profile the target now)")
     add_drafting_arg(parser)
     parser.add_argument("--out", type=Path, required=True)

@@ -19,6 +19,7 @@ from dspark.models.evaluation.datasets import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_reliability
 from dspark.models.evaluation.run import EvalSettings, calibration_data, decode_all
 from dspark.models.decoding.engine import SpeculativeDecoder
+from dspark.ops.commands.arg_types import finite_float
 from dspark.ops.commands.decoding_args import add_model_args, add_sampling_args, load_models, sampling_params
 
 
@@ -30,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help='{"turns": [...]} JSONL files held out from training')
     parser.add_argument("--limit", type=int, default=None, help="prompts per file (default: DeepSpec's caps)")
     add_sampling_args(parser, temperature=1.0, max_new_tokens=128)
-    parser.add_argument("--fit-fraction", type=float, default=0.5, help="share of prompts used to fit")
+    parser.add_argument("--fit-fraction", type=finite_float, default=0.5, help="share of prompts used to fit")
     parser.add_argument("--out", type=Path, required=True, help="STS JSON to write")
     parser.add_argument("--plots", type=Path, default=None, help="directory for the reliability diagram")
     parser.set_defaults(func=run)

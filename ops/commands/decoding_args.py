@@ -14,6 +14,7 @@ from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sp
 from dspark.models.decoding.sts import load_sts
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
+from dspark.ops.commands.arg_types import finite_float
 from dspark.ops.commands.settings_args import add_settings_args, settings_from_args
 from dspark.ops.commands.threads import add_threads_arg, use_threads
 
@@ -68,9 +69,9 @@ def draft_vocab_size(drafter) -> int:
 def add_sampling_args(parser: argparse.ArgumentParser, temperature: float, max_new_tokens: int) -> None:
     group = parser.add_argument_group("sampling")
     group.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
-    group.add_argument("--temperature", type=float, default=temperature, help="0: greedy")
+    group.add_argument("--temperature", type=finite_float, default=temperature, help="0: greedy")
     group.add_argument("--top-k", type=int, default=0, help="0: off")
-    group.add_argument("--top-p", type=float, default=1.0, help="1: off")
+    group.add_argument("--top-p", type=finite_float, default=1.0, help="1: off")
     group.add_argument("--seed", type=int, default=0)
     group.add_argument("--batch-size", type=int, default=1, help="requests decoded together")
 

@@ -15,6 +15,7 @@ import torch
 
 from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root, load_corpus
 from dspark.models.embedded_target.train import TargetArchitecture, TrainSettings, train_target
+from dspark.ops.commands.arg_types import finite_float
 
 # option name -> (TargetArchitecture field, help)
 ARCH_OPTIONS = {
@@ -59,7 +60,7 @@ def _add_dataclass_options(parser: argparse.ArgumentParser, options: dict, confi
     fields = {field.name: field for field in dataclasses.fields(config_class)}
     for name, (field_name, help_text) in options.items():
         field = fields[field_name]
-        kind = float if "float" in str(field.type) else int
+        kind = finite_float if "float" in str(field.type) else int
         parser.add_argument(f"--{name}", type=kind, default=field.default, help=f"{help_text} (default: {field.default})")
 
 

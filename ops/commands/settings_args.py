@@ -2,7 +2,8 @@
 
 Every field of `VerifySettings` (models/decoding/settings.py) becomes `--<name with dashes>` with the field's
 default, choices and help (its range included); `settings_from_args` turns the parsed flags back into a
-validated VerifySettings, so a bad value is reported by the schema's own check. The decoding commands
+validated VerifySettings, so a bad value is reported by the schema's own check (a float flag refuses NaN and
+infinities as it parses: arg_types.finite_float). The decoding commands
 (generate, eval, calibrate, demo) and `dspark serve` share these flags, and tests/ops/test_settings_schema.py
 checks each parser against the schema.
 """
@@ -13,6 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from dspark.models.decoding.settings import VerifySettings
+from dspark.ops.commands.arg_types import finite_float
 
 TITLE = "verification plan (models/decoding/settings.py; live-tunable when served)"
 
@@ -35,7 +37,7 @@ def add_settings_args(parser: argparse.ArgumentParser, title: str = TITLE, defau
             options["choices"] = spec.choices
         if spec.per_position:
             options.update(nargs="+", metavar="T")
-        options["type"] = spec.kind
+        options["type"] = nullable(spec.kind, False)
         group.add_argument(flag(f.name), dest=f.name, **options)
 
 
@@ -55,8 +57,11 @@ def add_settings_patch_args(parser: argparse.ArgumentParser, title: str) -> None
 
 
 def nullable(kind: type, allowed: bool):
+    """The argparse type of a setting's kind (a float: finite_float), taking `null` when `allowed`."""
+    convert = finite_float if kind is float else kind
+
     def parse(text: str):
-        return None if allowed and text == "null" else kind(text)
+        return None if allowed and text == "null" else convert(text)
     parse.__name__ = kind.__name__  # argparse names the type in its error message
     return parse
 

@@ -43,6 +43,7 @@ import psutil
 
 from dspark.models.errors import ConfigError
 from dspark.ops.admin.client import AdminClient, Credentials
+from dspark.ops.commands.arg_types import finite_float
 
 WEIGHTS = {"greedy": 10, "sampled": 3, "long": 1, "too-long": 1, "disconnect": 2, "malformed": 2}
 GREEDY_PROMPTS = ("def fibonacci(n):", "import os\nimport sys\n\n\ndef main(", "class Node:\n    ",
@@ -85,10 +86,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--admin-address", default=None,
                         help="the replica's gRPC admin API (host:port): every other four changes go through it")
     parser.add_argument("--admin-token-file", type=Path, default=None, help="an admin token of the gRPC admin API")
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds of load (it stops by itself)")
+    parser.add_argument("--duration", type=finite_float, default=60.0, help="seconds of load (it stops by itself)")
     parser.add_argument("--concurrency", type=int, default=16, help="clients sending at once")
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--change-every", type=float, default=3.0, help="seconds between live state changes")
+    parser.add_argument("--change-every", type=finite_float, default=3.0, help="seconds between live state changes")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("out/soak"))
     parser.set_defaults(func=run)

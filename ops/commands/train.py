@@ -30,6 +30,7 @@ from dspark.models.errors import ConfigError
 from dspark.models.training.data import SOURCES, DataConfig
 from dspark.models.training.run import DrafterSpec, TrainJob, train_job
 from dspark.models.training.trainer import DistContext, TrainConfig, computes_bf16_natively
+from dspark.ops.commands.arg_types import finite_float
 
 DEFAULT_DATA_CACHE = Path.home() / ".cache" / "dspark" / "train-data"
 
@@ -91,8 +92,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--num-samples", type=int, default=2048)
     data.add_argument("--prompt-len", type=int, default=64)
     data.add_argument("--response-len", type=int, default=128)
-    data.add_argument("--temperature", type=float, default=0.7, help="target sampling for the responses (0: greedy)")
-    data.add_argument("--top-p", type=float, default=0.8)
+    data.add_argument("--temperature", type=finite_float, default=0.7,
+                      help="target sampling for the responses (0: greedy)")
+    data.add_argument("--top-p", type=finite_float, default=0.8)
     data.add_argument("--top-k", type=int, default=20)
     data.add_argument("--data-seed", type=int, default=42)
     data.add_argument("--stdlib", type=Path, default=None, help="stdlib root for prompts (default: this interpreter's)")
@@ -106,11 +108,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     t = parser.add_argument_group("optimisation")
     t.add_argument("--steps", type=int, default=1000, help="optimizer steps (the LR schedule spans them)")
-    t.add_argument("--minutes", type=float, default=None, help="stop early after this much training wall time")
-    t.add_argument("--lr", type=float, default=6e-4)
-    t.add_argument("--weight-decay", type=float, default=0.0)
-    t.add_argument("--warmup-frac", type=float, default=0.04)
-    t.add_argument("--grad-clip", type=float, default=1.0)
+    t.add_argument("--minutes", type=finite_float, default=None, help="stop early after this much training wall time")
+    t.add_argument("--lr", type=finite_float, default=6e-4)
+    t.add_argument("--weight-decay", type=finite_float, default=0.0)
+    t.add_argument("--warmup-frac", type=finite_float, default=0.04)
+    t.add_argument("--grad-clip", type=finite_float, default=1.0)
     t.add_argument("--batch-size", type=int, default=8, help="sequences per micro-batch per rank")
     t.add_argument("--grad-accum", type=int, default=1)
     t.add_argument("--bf16", action="store_true",
