@@ -25,6 +25,7 @@ from typing import Callable, Optional
 import grpc
 
 from dspark.ops.admin.client import AdminClient
+from dspark.ops.admin.streams import INTERVAL_MIN_S
 
 
 @dataclass
@@ -126,7 +127,7 @@ def window_tau(client: AdminClient, seconds: float) -> Optional[float]:
     if seconds <= 0:
         return None
     try:
-        for event in client.watch(interval_s=min(1.0, seconds), timeout_s=seconds + 5):
+        for event in client.watch(interval_s=min(1.0, max(INTERVAL_MIN_S, seconds)), timeout_s=seconds + 5):
             if event.HasField("stats") and event.stats.tau > 0:
                 taus.append(event.stats.tau)
             if time.monotonic() >= deadline:

@@ -11,11 +11,20 @@ but loopback without TLS is refused unless explicitly allowed (`--admin-insecure
 
 Updates (UpdateState, Rollback, ProfileSps) are rate-limited per caller by a token bucket, and every attempt,
 accepted or refused, is one JSON line in the audit log: time, rpc, caller, peer, version before and after,
-the settings diff, and the result.
+the settings diff, and the result. The log has bounds whatever callers send:
+
+    refusals before the rate limit (unauthenticated, permission_denied, resource_exhausted) are written at most
+        once per QUIET_S per (result, caller, peer kind); a written one counts in `suppressed` those of its
+        key folded in since the previous line (the metrics count every attempt)
+    caller, peer, detail and the diff are clipped (FIELD_CHARS) with the sha256 of the whole: a line stays
+        under about 4 KB
+    the file rotates by size: past max_bytes it becomes PATH.1 (PATH.1 becomes PATH.2, ...), keeping `keep`
+        old files (`--admin-audit-max-bytes`, `--admin-audit-keep`)
+
+A token's name (its file's name) is at most MAX_CALLER characters: it is the caller the schedulers record.
 """
 from __future__ import annotations
 
-import ipaddress
 import json
 import secrets
 import threading
@@ -26,10 +35,16 @@ from typing import Optional
 
 import grpc
 
-from dspark.models.errors import ConfigError
+from dspark.integration.addresses import is_loopback
+from dspark.integration.runtime_state import MAX_CALLER
+from dspark.models.errors import ConfigError, clipped, shown
 
 ADMIN, READER = "admin", "reader"
 READ_RPCS = ("GetState", "WatchState", "History")
+AUDIT_MAX_BYTES, AUDIT_KEEP = 10 << 20, 5
+QUIET_S = 1.0
+FOLDED = ("unauthenticated", "permission_denied", "resource_exhausted")
+FIELD_CHARS = {"caller": 256, "peer": 256, "detail": 1024, "diff": 2048}
 
 
 @dataclass(frozen=True)
@@ -50,6 +65,9 @@ class TokenBook:
             for path in map(Path, files):
                 if not path.is_file():
                     raise ConfigError(f"admin token file {path} does not exist")
+                if len(path.name) > MAX_CALLER:
+                    raise ConfigError(f"admin token file names must be at most {MAX_CALLER} characters (the name is "
+                                      f"the caller), got {shown(path.name)}")
                 token = path.read_text().strip()
                 if len(token) < 16:
                     raise ConfigError(f"admin token file {path} holds a token of {len(token)} characters; "
@@ -96,7 +114,7 @@ def authorize(book: TokenBook, context: grpc.ServicerContext, rpc: str) -> Calle
                                                           "client certificate is required")
         caller = Caller(subject, READER)
     if caller.role != ADMIN and rpc not in READ_RPCS:
-        raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{rpc} needs an admin token; {caller.name!r} is a "
+        raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{rpc} needs an admin token; {shown(caller.name)} is a "
                                                         f"{caller.role}", caller.name)
     return caller
 
@@ -124,14 +142,7 @@ class TlsFiles:
 
 def check_listen_address(host: str, tls: bool, insecure: bool) -> None:
     """Refuse a plaintext admin port reachable from other machines, unless explicitly allowed."""
-    if tls or insecure:
-        return
-    loopback = host == "localhost"
-    try:
-        loopback = loopback or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        pass
-    if not loopback:
+    if not (tls or insecure or is_loopback(host)):
         raise ConfigError(f"refusing to serve the admin API on {host} without TLS: give --admin-tls-cert and "
                           f"--admin-tls-key, listen on 127.0.0.1, or pass --admin-insecure")
 
@@ -156,12 +167,16 @@ class RateLimiter:
 
 
 class AuditLog:
-    """Append-only JSON lines (one per update attempt) plus counts by rpc and result for the metrics."""
+    """Append-only JSON lines (one per update attempt, within the bounds of the module docstring) plus counts
+    by rpc and result for the metrics."""
 
-    def __init__(self, path: Optional[Path]):
+    def __init__(self, path: Optional[Path], max_bytes: int = AUDIT_MAX_BYTES, keep: int = AUDIT_KEEP,
+                 clock=time.monotonic):
         self.path = Path(path) if path else None
+        self.max_bytes, self.keep, self.clock = max_bytes, keep, clock
         self.lock = threading.Lock()
         self.counts: dict[tuple[str, str], int] = {}
+        self.folded: dict[tuple, tuple[float, int]] = {}  # key -> (when its last line was written, folded since)
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -170,10 +185,51 @@ class AuditLog:
                version_after: Optional[int] = None, detail: str = "") -> None:
         diff = {k: [before.get(k), after.get(k)] for k in after if before.get(k) != after.get(k)} \
             if before is not None and after is not None else {}
-        line = {"time": time.time(), "rpc": rpc, "caller": caller, "peer": peer, "result": result,
-                "version_before": version_before, "version_after": version_after, "diff": diff, "detail": detail}
+        line = {"time": time.time(), "rpc": rpc, "caller": bounded("caller", caller),
+                "peer": bounded("peer", peer), "result": result, "version_before": version_before,
+                "version_after": version_after, "diff": bounded("diff", diff), "detail": bounded("detail", detail)}
         with self.lock:
             self.counts[(rpc, result)] = self.counts.get((rpc, result), 0) + 1
+            if result in FOLDED:
+                key = (result, caller, peer.split(":", 1)[0])
+                written, suppressed = self.folded.get(key, (None, 0))
+                now = self.clock()
+                if written is not None and now - written < QUIET_S:
+                    self.folded[key] = (written, suppressed + 1)
+                    return
+                self.folded[key] = (now, 0)
+                line["suppressed"] = suppressed
             if self.path is not None:
-                with self.path.open("a") as out:
-                    out.write(json.dumps(line) + "\n")
+                self.append(json.dumps(line) + "\n")
+
+    def append(self, text: str) -> None:
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        if size and size + len(text) > self.max_bytes:
+            self.rotate()
+        with self.path.open("a") as out:
+            out.write(text)
+
+    def rotate(self) -> None:
+        """PATH -> PATH.1 -> ... -> PATH.<keep>; the oldest is dropped (keep 0: PATH itself)."""
+        if self.keep == 0:
+            self.path.unlink(missing_ok=True)
+            return
+        for number in range(self.keep, 0, -1):
+            older = self.path if number == 1 else self.numbered(number - 1)
+            if older.exists():
+                older.replace(self.numbered(number))
+
+    def numbered(self, number: int) -> Path:
+        return self.path.with_name(f"{self.path.name}.{number}")
+
+
+def bounded(field: str, value):
+    """A line's field within FIELD_CHARS: a string clipped with the sha256 of the whole; a diff that would be
+    longer as JSON becomes that JSON, clipped the same way."""
+    if isinstance(value, str):
+        return clipped(value, FIELD_CHARS[field], digest=True)
+    text = json.dumps(value)
+    return value if len(text) <= FIELD_CHARS[field] else clipped(text, FIELD_CHARS[field], digest=True)

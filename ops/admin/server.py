@@ -8,6 +8,10 @@
 the empty service name and `dspark.admin.v1.Admin` are NOT_SERVING until the SGLang scheduler answers with
 its DSpark state, and go back to NOT_SERVING when it stops answering. Keepalive: the server pings idle
 clients every 60 s and accepts client pings no more often than every 10 s.
+
+Capacity: MAX_WORKERS threads serve calls, and WatchState streams may hold at most streams.TOTAL of them, so
+admin calls, GetState and health always find one. Stopping (`RunningAdmin.stop`) wakes every stream and
+Restart wait first, then gives the calls still running STOP_GRACE_S before cancelling them.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from dspark.integration.addresses import join_host_port
 from dspark.ops.admin.backend import SGLangBackend
 from dspark.ops.admin.security import AuditLog, TlsFiles, check_listen_address
 from dspark.ops.admin.service import AdminService
@@ -33,18 +38,19 @@ HEALTH_POLL_S = 1.0
 KEEPALIVE = [("grpc.keepalive_time_ms", 60_000), ("grpc.keepalive_timeout_ms", 20_000),
              ("grpc.keepalive_permit_without_calls", 1),
              ("grpc.http2.min_ping_interval_without_data_ms", 10_000), ("grpc.http2.max_pings_without_data", 0)]
-MAX_WORKERS = 32  # each WatchState stream holds one
+MAX_WORKERS = 32  # each WatchState stream holds one, and streams.TOTAL of them at most
+STOP_GRACE_S = 2.0
 
 
 @dataclass
 class RunningAdmin:
     server: grpc.Server
     port: int
-    stop_event: threading.Event
+    service: AdminService
 
-    def stop(self, grace_s: float = 2.0) -> None:
-        self.stop_event.set()
-        self.server.stop(grace_s).wait()
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        self.service.stop()
+        self.server.stop(grace_s).wait(grace_s + 1.0)
 
 
 def start(service: AdminService, host: str, port: int, tls: TlsFiles, insecure: bool = False) -> RunningAdmin:
@@ -56,14 +62,14 @@ def start(service: AdminService, host: str, port: int, tls: TlsFiles, insecure: 
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    address = f"{host}:{port}"
+    address = join_host_port(host, port)
     bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     server.start()
-    stop_event = threading.Event()
-    threading.Thread(target=track_health, args=(service.backend, health_servicer, stop_event), daemon=True,
+    threading.Thread(target=track_health, args=(service.backend, health_servicer, service.stopping), daemon=True,
                      name="dspark-admin-health").start()
-    logger.info("dspark admin: %s on %s:%d (%s)", SERVICE, host, bound, "TLS" if credentials else "plaintext")
-    return RunningAdmin(server, bound, stop_event)
+    logger.info("dspark admin: %s on %s (%s)", SERVICE, join_host_port(host, bound), "TLS" if credentials else
+                "plaintext")
+    return RunningAdmin(server, bound, service)
 
 
 def track_health(backend: SGLangBackend, servicer: health.HealthServicer, stop: threading.Event) -> None:

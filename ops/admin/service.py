@@ -5,22 +5,29 @@ ProfileSps, Calibrate, Restart) need an admin one, pass the per-caller rate limi
 outcome. A change is one envelope-form `dspark` update (integration/runtime_state.py), so validation,
 versioning and history happen in the schedulers, atomically. Status codes:
 
-    INVALID_ARGUMENT    a value out of range, a wrong type or unknown field, an unknown mask path, an empty mask
+    INVALID_ARGUMENT    a value out of range, a wrong type or unknown field, an unknown mask path, an empty mask,
+                        an sps_table outside the SPS directories or one that cannot be read as a table,
+                        min_samples outside 1..the window's size (0: the default), WatchState's interval_s
+                        outside its bounds (streams.py; 0: 1 s)
     ABORTED             expected_version is not the current version (read again, redo the change)
                         (Calibrate with too few labelled rounds in the window: INVALID_ARGUMENT, naming the count)
     UNAUTHENTICATED     no valid token or client certificate
     PERMISSION_DENIED   a reader called a change
-    RESOURCE_EXHAUSTED  over the caller's update rate
+    RESOURCE_EXHAUSTED  over the caller's update rate; a WatchState beyond the streams' bounds (streams.py)
     UNAVAILABLE         the SGLang server did not answer
     FAILED_PRECONDITION Restart (ProfileSps) on an admin server that has no supervisor (profiler)
     DEADLINE_EXCEEDED   Restart: the replica did not serve again within the request's timeout
+
+A WatchState stream sleeps on an Event that the client's cancel and the server's stop (`stop`) set, as does
+Restart's wait, so that stopping the server never waits out an interval.
 """
 from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
@@ -30,16 +37,16 @@ from dspark.integration.runtime_state import PREVIOUS, VersionConflict
 from dspark.kernels.sps import SpsTable
 from dspark.models.decoding.settings import names
 from dspark.models.decoding.sps_profile import load_sps
-from dspark.models.errors import ConfigError
+from dspark.models.errors import SHOWN_CHARS, ConfigError, clipped
 from dspark.ops.admin.backend import ReplicaUnavailable, SGLangBackend
 from dspark.ops.admin.restart import RestartChannel
 from dspark.ops.admin.convert import message_to_settings, settings_to_message, state_message
 from dspark.ops.admin.security import AuditLog, Caller, Denied, RateLimiter, TokenBook, authorize
+from dspark.ops.admin.streams import Streams, StreamsFull, watch_interval
 from dspark.ops.admin.tracing import rpc_span
 from dspark.ops.admin.v1 import admin_pb2 as pb
 from dspark.ops.admin.v1 import admin_pb2_grpc
 
-DEFAULT_WATCH_INTERVAL_S = 1.0
 DEFAULT_CALIBRATION_SAMPLES = 64
 DEFAULT_SPS_SAMPLES = 256
 DEFAULT_RESTART_TIMEOUT_S = 1800.0  # a large model's start on a GPU node: the chart's startup-probe budget
@@ -79,6 +86,13 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     audit: AuditLog
     profile: Optional[Callable[[], tuple[SpsTable, Path]]] = None  # measure and save a new SPS table
     restarts: Optional[RestartChannel] = None  # to the `dspark serve` that supervises SGLang (restart.py)
+    streams: Streams = field(default_factory=Streams)
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def stop(self) -> None:
+        """The server is stopping: wake every stream and Restart wait, and admit no more streams."""
+        self.stopping.set()
+        self.streams.close_all()
 
     # ------------------------------------------------------------------ reads
 
@@ -97,18 +111,27 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     @traced
     def WatchState(self, request, context):
-        self.reader(context, "WatchState")
-        interval = request.interval_s if request.interval_s > 0 else DEFAULT_WATCH_INTERVAL_S
-        previous = self.report(context)
-        yield pb.WatchEvent(state=state_message(previous))
-        while context.is_active():
-            time.sleep(interval)
-            report = self.report(context)
-            event = pb.WatchEvent(stats=interval_stats(previous, report, interval))
-            if report["version"] != previous["version"]:
-                event.state.CopyFrom(state_message(report))
-            yield event
-            previous = report
+        caller = self.reader(context, "WatchState")
+        try:
+            interval = watch_interval(request.interval_s)
+            slot = self.streams.admit(caller.name)
+        except ConfigError as err:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except StreamsFull as full:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(full))
+        context.add_callback(slot.wake.set)  # the client cancelled, or the call ended
+        try:
+            previous = self.report(context)
+            yield pb.WatchEvent(state=state_message(previous))
+            while context.is_active() and not slot.wake.wait(interval):
+                report = self.report(context)
+                event = pb.WatchEvent(stats=interval_stats(previous, report, interval))
+                if report["version"] != previous["version"]:
+                    event.state.CopyFrom(state_message(report))
+                yield event
+                previous = report
+        finally:
+            self.streams.release(slot)
 
     # ---------------------------------------------------------------- changes
 
@@ -175,7 +198,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             while self.restarts.starts() == starts or not self.backend.ready():
                 if time.monotonic() - began > timeout:
                     raise RestartTimeout(f"the replica did not serve again within {timeout:g} s")
-                time.sleep(RESTART_POLL_S)
+                if self.stopping.wait(RESTART_POLL_S):
+                    raise ReplicaUnavailable("the admin server is stopping; the restart goes on without it")
             return before, self.backend.report(), self.restarts.starts()
         audit, (before, after, starts) = self.attempt(context, "Restart", restart)
         seconds = time.monotonic() - began
@@ -219,7 +243,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         except RestartTimeout as err:
             self.refuse(context, audit, grpc.StatusCode.DEADLINE_EXCEEDED, str(err))
         except Exception as err:  # a failed profile, say: still one audit line, and the caller learns why
-            self.refuse(context, audit, grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}")
+            self.refuse(context, audit, grpc.StatusCode.INTERNAL,
+                        clipped(f"{type(err).__name__}: {err}", SHOWN_CHARS))
 
     def change(self, context, rpc: str, envelope: Callable[[Caller], dict]) -> pb.UpdateStateResponse:
         """Apply and audit one envelope-form change (see attempt)."""

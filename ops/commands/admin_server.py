@@ -4,27 +4,39 @@
         --admin-port 50051 --admin-token-file /etc/dspark/tokens/admin --reader-token-file /etc/dspark/tokens/reader
 
 `dspark serve --admin-port P` starts it with the same --admin-* flags (`add_admin_args`), so the Helm chart
-can run either. It stops on SIGTERM/SIGINT.
+can run either. It stops on SIGTERM/SIGINT within a bound: streams and Restart waits wake at once, calls still
+running get server.STOP_GRACE_S, and if anything still holds the process EXIT_DEADLINE_S later it exits
+anyway; a second signal exits at once. `stop_sidecar` is how a parent (`dspark serve`) stops it: SIGTERM, a
+bounded wait, then SIGKILL.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+from dspark.integration.addresses import join_host_port
 from dspark.integration.startup import DTYPES, profile_table
 from dspark.models.cache import cache_root
+from dspark.models.decoding.sps_paths import sps_write_dir
 from dspark.models.errors import ConfigError
 from dspark.ops.admin import server, tracing
 from dspark.ops.admin.backend import SGLangBackend
 from dspark.ops.admin.restart import RestartChannel
-from dspark.ops.admin.security import AuditLog, RateLimiter, TlsFiles, TokenBook, check_listen_address
+from dspark.ops.admin.security import (AUDIT_KEEP, AUDIT_MAX_BYTES, AuditLog, RateLimiter, TlsFiles, TokenBook,
+                                       check_listen_address)
 from dspark.ops.admin.service import AdminService
+from dspark.ops.commands.arg_types import finite_float
 
 DEFAULT_UPDATE_RATE, DEFAULT_UPDATE_BURST = 5.0, 20
+AUDIT_MIN_BYTES = 1 << 16  # room for many lines of at most ~4 KB
+EXIT_DEADLINE_S = 5.0  # after the server stopped, what may still hold the process (a profile, a backend call)
+SIDECAR_STOP_TIMEOUT_S = 15.0  # stop_sidecar: STOP_GRACE_S + EXIT_DEADLINE_S, and a margin
 OTLP_PROTOCOLS = ("grpc", "http/protobuf")
 
 
@@ -45,7 +57,11 @@ def add_admin_args(parser: argparse.ArgumentParser) -> None:
                        help="allow a plaintext admin port on a non-loopback address")
     group.add_argument("--admin-audit-log", type=Path, default=None,
                        help="append every update attempt here as JSON lines (default: $DSPARK_CACHE/admin/audit-PORT.jsonl)")
-    group.add_argument("--admin-update-rate", type=float, default=DEFAULT_UPDATE_RATE,
+    group.add_argument("--admin-audit-max-bytes", type=int, default=AUDIT_MAX_BYTES,
+                       help=f"rotate the audit log past this size (default {AUDIT_MAX_BYTES}: 10 MiB)")
+    group.add_argument("--admin-audit-keep", type=int, default=AUDIT_KEEP,
+                       help=f"rotated audit logs kept: PATH.1 (newest) .. PATH.N (default {AUDIT_KEEP})")
+    group.add_argument("--admin-update-rate", type=finite_float, default=DEFAULT_UPDATE_RATE,
                        help="updates per second per caller (token bucket)")
     group.add_argument("--admin-update-burst", type=int, default=DEFAULT_UPDATE_BURST, help="update burst per caller")
     group.add_argument("--admin-metrics-port", type=int, default=None,
@@ -70,7 +86,8 @@ def admin_arg_list(args: argparse.Namespace) -> list[str]:
     absolute but not resolved: Kubernetes mounts Secret files through a symlink it swaps on rotation, and a
     resolved path would point at the old, deleted copy."""
     out = ["--admin-port", str(args.admin_port), "--admin-host", args.admin_host,
-           "--admin-update-rate", str(args.admin_update_rate), "--admin-update-burst", str(args.admin_update_burst)]
+           "--admin-update-rate", str(args.admin_update_rate), "--admin-update-burst", str(args.admin_update_burst),
+           "--admin-audit-max-bytes", str(args.admin_audit_max_bytes), "--admin-audit-keep", str(args.admin_audit_keep)]
     for flag, paths in (("--admin-token-file", args.admin_token_file), ("--reader-token-file", args.reader_token_file)):
         for path in paths:
             out += [flag, str(Path(path).absolute())]
@@ -91,7 +108,11 @@ def check_admin_args(args: argparse.Namespace) -> TokenBook:
     if args.admin_port is None or not 0 <= args.admin_port < 65536:
         raise ConfigError(f"--admin-port must be in 0..65535, got {args.admin_port}")
     if args.admin_update_rate <= 0 or args.admin_update_burst < 1:
-        raise ConfigError("--admin-update-rate must be > 0 and --admin-update-burst >= 1")
+        raise ConfigError(f"--admin-update-rate must be > 0 and --admin-update-burst >= 1, got "
+                          f"{args.admin_update_rate:g} and {args.admin_update_burst}")
+    if args.admin_audit_max_bytes < AUDIT_MIN_BYTES or args.admin_audit_keep < 0:
+        raise ConfigError(f"--admin-audit-max-bytes must be >= {AUDIT_MIN_BYTES} and --admin-audit-keep >= 0, got "
+                          f"{args.admin_audit_max_bytes} and {args.admin_audit_keep}")
     book = TokenBook.from_files(args.admin_token_file, args.reader_token_file)
     tls = TlsFiles(args.admin_tls_cert, args.admin_tls_key, args.admin_tls_client_ca)
     if not book.tokens and tls.client_ca is None:
@@ -117,14 +138,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def sps_profiler(backend: SGLangBackend):
-    """ProfileSps: time the replica's target on its device now and save the table under $DSPARK_CACHE/sps/."""
+    """ProfileSps: time the replica's target on its device now and save the table in the SPS directory
+    (models/decoding/sps_paths.py; default $DSPARK_CACHE/sps/), where the schedulers accept it."""
     def profile():
         info = backend.server_info()
         device = "cuda" if str(info.get("device", "cpu")).startswith("cuda") else "cpu"
         dtype = DTYPES.get(str(info.get("dtype")), DTYPES["float32"] if device == "cpu" else DTYPES["bfloat16"])
         target = Path(info["model_path"])
         table = profile_table(target, device, dtype, info["dspark"]["gamma"] + 1, int(info["max_running_requests"]))
-        path = cache_root() / "sps" / f"{target.name}-profiled-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        path = sps_write_dir() / f"{target.name}-profiled-{time.strftime('%Y%m%d-%H%M%S')}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         table.save(path)
         return table, path
@@ -137,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
         tracing.init(args.otlp_endpoint, f"{args.otlp_service_name}-admin", args.otlp_protocol)
     key = args.sglang_admin_key_file.read_text().strip() if args.sglang_admin_key_file else None
     backend = SGLangBackend(args.sglang_url.rstrip("/"), key)
-    audit = AuditLog(args.admin_audit_log or cache_root() / "admin" / f"audit-{args.admin_port}.jsonl")
+    audit = AuditLog(args.admin_audit_log or cache_root() / "admin" / f"audit-{args.admin_port}.jsonl",
+                     args.admin_audit_max_bytes, args.admin_audit_keep)
     if (args.supervisor_pid is None) != (args.supervisor_folder is None):
         raise ConfigError("--supervisor-pid and --supervisor-folder go together")
     restarts = RestartChannel(args.supervisor_folder, args.supervisor_pid) if args.supervisor_pid else None
@@ -147,11 +170,33 @@ def run(args: argparse.Namespace) -> int:
     running = server.start(service, args.admin_host, args.admin_port, tls, args.admin_insecure)
     if args.admin_metrics_port is not None:
         server.metrics_server(audit, args.admin_host, args.admin_metrics_port)
-    print(f"dspark admin-server: dspark.admin.v1 on {args.admin_host}:{running.port} for {args.sglang_url}",
-          flush=True)
+    print(f"dspark admin-server: dspark.admin.v1 on {join_host_port(args.admin_host, running.port)} for "
+          f"{args.sglang_url}", flush=True)
     stop = threading.Event()
+
+    def on_signal(number, _frame):
+        if stop.is_set():  # the second signal: now
+            os._exit(128 + number)
+        stop.set()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     stop.wait()
     running.stop()
+    # The server's worker threads are joined at exit; one still in a profile or a backend call must not hold it.
+    deadline = threading.Timer(EXIT_DEADLINE_S, os._exit, (0,))
+    deadline.daemon = True
+    deadline.start()
     return 0
+
+
+def stop_sidecar(process: subprocess.Popen, timeout_s: float = SIDECAR_STOP_TIMEOUT_S) -> int:
+    """Stop an admin-server child: SIGTERM, at most `timeout_s` for it to exit (it bounds its own stop well
+    within that), then SIGKILL. Its exit status."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            return process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            print(f"dspark: the admin sidecar still runs {timeout_s:g} s after SIGTERM; killing it", file=sys.stderr)
+            process.kill()
+    return process.wait()

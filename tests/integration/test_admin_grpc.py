@@ -3,8 +3,10 @@ its DSpark drafter, dspark's plugin, the admin sidecar, all tracing to an in-pro
 through dspark.admin.v1, grpcurl, `dspark admin` and SGLang's own HTTP API.
 
 Replica A takes the single-replica checks (live changes, credentials, status codes, rollback, the fuzz, the
-HTTP side door, grpcurl, round and admin spans); A and B together take the fleet checks (two-phase set, undo on
-a version conflict, canary order, one trace across both).
+HTTP side door, grpcurl, round and admin spans, and the hostile inputs of issue 41: 32 huge-interval WatchState
+streams against a second sidecar of A, refits with bad sample counts, a huge caller); A and B together take the
+fleet checks (two-phase set, undo on a version conflict, canary order, one trace across both, a set whose table
+would have crashed every scheduler).
 """
 from __future__ import annotations
 
@@ -23,12 +25,16 @@ import grpc
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
+from dspark.integration.server import free_port
 from dspark.models.decoding.settings import DRAFTING_MODES, POLICIES, THRESHOLD_ON, VerifySettings, default_of, names
+from dspark.ops.admin import streams
 from dspark.ops.admin.client import AdminClient, Credentials
 from dspark.ops.admin.convert import message_to_settings, update_mask
 from dspark.ops.admin.fleet import fleet_update
+from dspark.ops.admin.server import STOP_GRACE_S
 from dspark.ops.admin.v1 import admin_pb2 as pb
 from dspark.ops.cli import main
+from dspark.ops.commands.admin_server import EXIT_DEADLINE_S, stop_sidecar
 from dspark.ops.otlp_sink import OtlpReceiver, attributes
 
 from tests.integration.dspark_serve import GAMMA, DsparkServe
@@ -476,6 +482,93 @@ def test_an_admin_call_continues_the_callers_trace(admin, otlp):
     assert spans[0][0] == "dspark-replica-a0-admin" and spans[0][1].parent_span_id == context.span_id.to_bytes(8, "big")
 
 
+# ------------------------------------------------------------------------------------ hostile inputs (issue 41)
+
+
+def first_event(stream) -> object:
+    """The stream's first event, or the status code it was refused with."""
+    try:
+        return next(stream)
+    except grpc.RpcError as err:
+        return err.code()
+
+
+def timed_get(client: AdminClient) -> float:
+    began = time.monotonic()
+    client.get()
+    return time.monotonic() - began
+
+
+def test_32_huge_interval_streams_cannot_starve_a_sidecar_and_sigterm_still_stops_it(replica, tokens, tmp_path):
+    readers = []
+    for i in range(5):  # five reader tokens: 4 streams each would be 20, over the 16 a sidecar admits
+        readers.append(tmp_path / f"reader-{i}")
+        readers[-1].write_text(f"reader-{i}-token-of-the-starvation-test\n")
+    port = free_port()
+    sidecar = subprocess.Popen(
+        [sys.executable, "-m", "dspark.ops.cli", "admin-server", "--sglang-url", replica.url,
+         "--sglang-admin-key-file", str(replica.cache / "serve" / f"port-{replica.port}" / "admin-key"),
+         "--admin-port", str(port), "--admin-token-file", str(tokens["ops-admin"]),
+         *sum((["--reader-token-file", str(r)] for r in readers), []), "--admin-audit-log", str(tmp_path / "audit")],
+        stdout=subprocess.PIPE, text=True)
+    assert "dspark.admin.v1 on" in sidecar.stdout.readline()
+    address = f"127.0.0.1:{port}"
+    admin = AdminClient(address, Credentials(tokens["ops-admin"].read_text().strip()), timeout_s=30)
+    clients = [AdminClient(address, Credentials(r.read_text().strip()), timeout_s=30) for r in readers]
+    opened = []
+    try:
+        assert first_event(clients[0].watch(interval_s=1e7)) == grpc.StatusCode.INVALID_ARGUMENT
+        attack = [clients[0].watch(interval_s=streams.INTERVAL_MAX_S, timeout_s=600) for _ in range(32)]
+        opened += attack
+        outcomes = [first_event(stream) for stream in attack]
+        admitted = [o for o in outcomes if isinstance(o, pb.WatchEvent)]
+        assert len(admitted) == streams.PER_CALLER and outcomes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == 28
+        for client in clients[1:4]:  # 16 in all now
+            more = [client.watch(interval_s=streams.INTERVAL_MAX_S, timeout_s=600) for _ in range(streams.PER_CALLER)]
+            opened += more
+            assert all(isinstance(first_event(stream), pb.WatchEvent) for stream in more)
+        refused = clients[4].watch(interval_s=streams.INTERVAL_MAX_S, timeout_s=600)
+        with pytest.raises(grpc.RpcError) as full:
+            next(refused)
+        assert full.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "16 per admin server" in full.value.details()
+        assert timed_get(admin) < 1.0 and timed_get(clients[4]) < 1.0  # admin calls and readers keep workers
+        assert not admin.update({"policy": "mtp1"}, validate_only=True).applied and admin.serving()
+        for stream in opened:
+            stream.cancel()
+        assert timed_get(admin) < 1.0
+        deadline = time.monotonic() + 5  # each cancelled stream wakes and frees its place
+        while True:
+            opened.append(clients[0].watch(interval_s=streams.INTERVAL_MAX_S, timeout_s=600))
+            if isinstance(first_event(opened[-1]), pb.WatchEvent):
+                break
+            assert time.monotonic() < deadline, "cancelled streams kept their places"
+            time.sleep(0.2)
+        began = time.monotonic()  # a stream still open in its hour-long sleep
+        assert stop_sidecar(sidecar) == 0 and time.monotonic() - began < STOP_GRACE_S + EXIT_DEADLINE_S
+    finally:
+        for stream in opened:
+            stream.cancel()
+        for client in [admin, *clients]:
+            client.close()
+        stop_sidecar(sidecar)
+
+
+def test_bad_sample_counts_and_a_huge_caller_are_refused_and_echo_little(replica, tokens, admin):
+    before = admin.get().version
+    assert code_of(lambda: admin.calibrate(min_samples=-1)) == grpc.StatusCode.INVALID_ARGUMENT
+    assert code_of(lambda: admin.profile_sps(from_traffic=True, min_samples=-3)) == grpc.StatusCode.INVALID_ARGUMENT
+    key = tokens["ops-admin"].read_text().strip()
+    for refit in ({"refit_sts": {"min_samples": 0}}, {"refit_sts": {"min_samples": -64}},
+                  {"refit_sps": {"min_samples": 10**9}}):
+        status, reply = post(replica.url, "/set_internal_state", {"server_args": {"dspark": refit}}, key=key)
+        assert status == 400 and "min_samples must be an integer in 1.." in reply["body"], reply
+    huge = {"server_args": {"dspark": {"set": {"policy": "mtp1"}, "caller": "c" * 100_000}}}
+    status, reply = post(replica.url, "/set_internal_state", huge, key=key)
+    assert status == 400 and "caller must be at most 128 characters" in reply["body"] and len(reply["body"]) < 1000
+    assert len(dspark_info(replica)["last_rejection"]) < 600
+    assert admin.get().version == before and admin.serving()
+
+
 # ------------------------------------------------------------------------------------------------- fleet
 
 
@@ -534,3 +627,24 @@ def test_canary_changes_one_replica_first_and_one_trace_shows_both(replicas, tok
     updates = otlp.wait_for(lambda service, span: span.trace_id == trace_id and span.name.endswith("UpdateState"),
                             count=4)
     assert sorted(service for service, _ in updates) == ["dspark-replica-a0-admin"] * 2 + ["dspark-replica-b0-admin"] * 2
+
+
+def test_a_fleet_set_whose_table_crashed_every_scheduler_is_refused_and_both_replicas_keep_serving(
+        replicas, tokens, reference, capsys):
+    sps = replicas[0].cache / "sps"  # both replicas share this cache, hence their SPS directory
+    sps.mkdir(parents=True, exist_ok=True)
+    (sps / "binary.json").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe root:x:0:0")
+    addresses = sum((["--replica", r.admin_address] for r in replicas), [])
+    before = [dspark_info(r)["version"] for r in replicas]
+    for table, problem in (("/" + "a" * 256, "must be a path without NUL of at most 4096 bytes"),
+                           (str(sps / "binary.json"), "is not an SpsCostTable JSON (UnicodeDecodeError)"),
+                           ("/etc/passwd", f"sps_table must name a table under {sps}")):
+        code = main(["admin", "set", *addresses, "--token-file", str(tokens["ops-admin"]), "--json",
+                     "--sps-table", table])
+        report = json.loads(capsys.readouterr().out)
+        assert code == 1 and [r["result"] for r in report["replicas"]] == ["refused", "refused"]
+        assert all("INVALID_ARGUMENT" in r["detail"] and problem in r["detail"] and "root:" not in r["detail"]
+                   for r in report["replicas"])
+    for replica, version in zip(replicas, before):
+        assert replica.process.poll() is None and dspark_info(replica)["version"] == version
+        assert greedy(replica, PROMPTS[:1]) == [reference[PROMPTS[0]]]
