@@ -28,6 +28,8 @@ batch's tensor-parallel group reports, so a TP=8 server does not count every rou
     dspark_calibration_ece{position}                live per-position ECE of the survival a_k (calibration.py)
     dspark_calibration_survival_gap{position}       mean predicted a_k minus the realized survival rate
     dspark_calibration_window_samples               labelled request-rounds in the live window
+    dspark_sglang_restarts                          times `dspark serve` started SGLang again after it exited
+                                                    by itself (RESTARTS_ENV; set when the state is installed)
 
 The histograms take a whole round at once (`observe_counts`: one bucket increment per distinct value, not one
 observe() per request) so that a round of 256 requests costs a few increments.
@@ -41,6 +43,7 @@ from typing import Optional
 
 import torch
 
+RESTARTS_ENV = "DSPARK_SGLANG_RESTARTS"  # `dspark serve` counts the restarts and hands the count over
 MAX_GAMMA = 16  # length histograms get one bucket per length up to this
 TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
@@ -101,6 +104,8 @@ def registry() -> dict:
                      ["position"], multiprocess_mode="livemax"),
         "samples": Gauge("dspark_calibration_window_samples", "labelled request-rounds in the live window",
                          multiprocess_mode="livemax"),
+        "restarts": Gauge("dspark_sglang_restarts", "times dspark serve started SGLang again after it exited by "
+                          "itself", multiprocess_mode="livemax"),
     }
 
 
@@ -134,29 +139,30 @@ def observe_round(verify_lens: torch.Tensor, accepted: torch.Tensor, probe: bool
         metrics["accepted"].labels(position=str(k)).inc(int((accepted >= k).sum()))
 
 
-def observe_state(version: int, changed_at: float, sps_table: Optional[str], cache: Path,
+def observe_state(version: int, changed_at: float, sps_table: Optional[str], sps_dir: Path,
                   previous_table: Optional[str]) -> None:
     """The live settings changed (or were installed at start)."""
     if not enabled():
         return
     metrics = registry()
+    metrics["restarts"].set(int(os.environ.get(RESTARTS_ENV) or 0))
     metrics["version"].set(version)
     metrics["changed"].set(changed_at)
     if previous_table is not None and previous_table != sps_table:
-        metrics["sps_info"].labels(source=sps_source(previous_table, cache), path=previous_table).set(0)
+        metrics["sps_info"].labels(source=sps_source(previous_table, sps_dir), path=previous_table).set(0)
     if sps_table is not None:
-        metrics["sps_info"].labels(source=sps_source(sps_table, cache), path=sps_table).set(1)
+        metrics["sps_info"].labels(source=sps_source(sps_table, sps_dir), path=sps_table).set(1)
         path = Path(sps_table)
         metrics["sps_time"].set(path.stat().st_mtime if path.is_file() else 0)
 
 
-def sps_source(path: str, cache: Path) -> str:
-    """refit: fitted to live round costs (refit.py, under $DSPARK_CACHE/sps/refit); profiled: measured by dspark
-    (at engine start or by ProfileSps, under $DSPARK_CACHE/sps); else loaded."""
+def sps_source(path: str, sps_dir: Path) -> str:
+    """refit: fitted to live round costs (refit.py, under <sps_dir>/refit); profiled: measured by dspark (at engine
+    start or by ProfileSps, under sps_dir, where dspark writes tables: models/decoding/sps_paths.py); else loaded."""
     where = Path(path).resolve()
-    if where.is_relative_to((cache / "sps" / "refit").resolve()):
+    if where.is_relative_to((sps_dir / "refit").resolve()):
         return "refit"
-    return "profiled" if where.is_relative_to((cache / "sps").resolve()) else "loaded"
+    return "profiled" if where.is_relative_to(sps_dir.resolve()) else "loaded"
 
 
 def observe_update(result: str) -> None:

@@ -46,11 +46,11 @@ from typing import Optional
 import torch
 import torch.distributed
 
-from dspark.integration import calibration, metrics
+from dspark.integration import calibration, live_settings, metrics
 from dspark.integration.round_sampler import RoundSampler
 from dspark.integration.runtime_state import RuntimeStateStore
-from dspark.models.cache import cache_root
 from dspark.models.decoding.round_cost import RoundClock
+from dspark.models.decoding.sps_paths import sps_write_dir
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 
 logger = logging.getLogger(__name__)
@@ -167,7 +167,9 @@ def _on_state_change(planner) -> None:
         return
     planner._dspark_version = store.version
     table = store.planner.state.sps_table
-    metrics.observe_state(store.version, store.history[-1].time, table, cache_root(), planner._dspark_sps_table)
+    metrics.observe_state(store.version, store.history[-1].time, table, sps_write_dir(), planner._dspark_sps_table)
+    if metrics.reporting_rank():
+        live_settings.write(store.planner.state)
     planner._dspark_sps_table = table
     clock.reset()  # samples were taken against the previous table
     global head_temperatures

@@ -11,15 +11,17 @@ list without `dspark` to run SGLang without it.
     rounds      each verified round's metrics (metrics.py: SGLang's /metrics) and span (tracing.py)
     flashinfer_verify  ragged target verify (eager and CUDA graphs) on the plain FlashInfer backend (GPU only)
     redaction   the API keys out of SGLang's startup log and /server_info
-    drain       on SIGTERM, new generation requests get 503 while the ones in flight finish
+    request_gate  every request to a route that starts model work bounded before SGLang sees it (logprobs,
+                token ids, n, max tokens, body size, sub-requests in flight); routes it cannot bound refused;
+                on SIGTERM, those routes answer 503 while the requests in flight finish (drain.py)
     strict_requests  OpenAI-compatible requests with an unknown field get 400 instead of running on defaults
     drafting    the drafting gate: a round skips the drafter's sampling while speculation cannot pay; a draft
                 step that raises is retried once, logged and counted (draft_faults.py)
 """
 from __future__ import annotations
 
-from dspark.integration import (admin, cpu, drafting, drain, flashinfer_verify, planner, redaction, rounds, startup,
-                                strict_requests)
+from dspark.integration import (admin, cpu, drafting, flashinfer_verify, planner, redaction, request_gate, rounds,
+                                startup, strict_requests)
 
 
 def register() -> None:
@@ -30,6 +32,6 @@ def register() -> None:
     rounds.install()
     flashinfer_verify.install()
     redaction.install()
-    drain.install()
+    request_gate.install()
     strict_requests.install()
     drafting.install()

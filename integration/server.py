@@ -30,6 +30,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from dspark.integration.addresses import http_url
 from dspark.integration.runtime_state import ENV_VAR
 
 CPU_MAX_TOTAL_TOKENS = 8192
@@ -109,7 +110,7 @@ class SGLangServer:
                  env: dict[str, str] | None = None, log_path: str | Path | None = None, host: str = "127.0.0.1",
                  port: int | None = None):
         self.host, self.port = host, port or free_port()
-        self.url = f"http://{host}:{self.port}"
+        self.url = http_url(host, self.port)
         self.command = launch_command(model_path, host, self.port, extra_args)
         self.env = server_environment(cpu, env)
         self.log_path = Path(log_path) if log_path else Path(f"/tmp/dspark-sglang-{self.port}.log")

@@ -7,6 +7,9 @@
               state, and counts the start in <folder>/starts
     sidecar   answers once the count moved and the new SGLang serves its DSpark state
 
+SGLang that exits by itself is started again too (`dspark serve`, paced by `CrashBudget`), with the settings its
+schedulers last wrote to <folder>/live-settings.json (integration/live_settings.py).
+
 So a restart keeps the live settings (their version history starts again), and a client that retries its
 refused or cut-off requests loses none: the Kubernetes Service or a router sends them to another replica
 meanwhile, and `dspark admin restart` restarts a fleet one replica at a time. The folder is `dspark serve`'s
@@ -17,13 +20,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from dspark.integration.live_settings import LIVE_SETTINGS_ENV
 from dspark.models.errors import ConfigError
 
 SETTINGS_FILE = "restart-settings.json"
+LIVE_SETTINGS_FILE = "live-settings.json"
 STARTS_FILE = "starts"
 RESTART_SIGNAL = signal.SIGHUP
 
@@ -65,6 +71,16 @@ class RestartChannel:
         path.unlink()
         return settings
 
+    def live_settings(self) -> Optional[dict]:
+        """The settings SGLang's schedulers last applied (None: none written, or unreadable)."""
+        try:
+            return json.loads((self.folder / LIVE_SETTINGS_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def live_settings_env(self) -> dict[str, str]:
+        return {LIVE_SETTINGS_ENV: str(self.folder / LIVE_SETTINGS_FILE)}
+
     def record_start(self) -> int:
         count = self.starts() + 1
         (self.folder / STARTS_FILE).write_text(str(count))
@@ -72,5 +88,30 @@ class RestartChannel:
 
     def reset(self) -> None:
         """A fresh `dspark serve` start: no restart pending, no starts counted."""
-        for name in (SETTINGS_FILE, STARTS_FILE):
+        for name in (SETTINGS_FILE, STARTS_FILE, LIVE_SETTINGS_FILE):
             (self.folder / name).unlink(missing_ok=True)
+
+
+@dataclass
+class CrashBudget:
+    """How `dspark serve` paces starting SGLang again after it exited by itself: each restart waits `first_s`,
+    doubled for every other restart within `window_s`, at most `longest_s`; past `limit` restarts within the
+    window it gives up, so that a crash loop ends in a non-zero exit Kubernetes can see."""
+    limit: int
+    window_s: float
+    first_s: float
+    longest_s: float
+    clock: object = time.monotonic
+    restarts: list = field(default_factory=list)  # when each restart happened
+    total: int = 0
+
+    def next_delay(self) -> Optional[float]:
+        """Seconds to wait before the next restart, counting it; None: give up."""
+        now = self.clock()
+        self.restarts = [t for t in self.restarts if now - t < self.window_s]
+        if len(self.restarts) >= self.limit:
+            return None
+        delay = min(self.longest_s, self.first_s * 2 ** len(self.restarts))
+        self.restarts.append(now)
+        self.total += 1
+        return delay

@@ -22,6 +22,14 @@ The pod's terminationGracePeriodSeconds must exceed --drain-timeout (README "Dep
 
 Restart in place (the admin API's Restart, ops/admin/restart.py): on SIGHUP, SGLang drains the same way and is
 started again, with the live settings the sidecar handed over as its initial state; the sidecar keeps running.
+
+SGLang is not left dead: when it exits by itself (a scheduler crashed, say), it is started again after a back-off
+(1 s, doubling up to 30 s) with the live settings its schedulers last wrote, and the count of these restarts is
+`dspark_sglang_restarts` on /metrics. More than --max-restarts of them within RESTART_WINDOW_S and this command
+exits non-zero instead, so that Kubernetes sees a crash loop.
+
+Request limits (`--max-body-bytes`, `--max-logprobs`, `--max-n`, `--max-queued-requests`, `--max-new-tokens`;
+integration/request_limits.py) bound every request to a route that starts model work (integration/request_gate.py).
 """
 from __future__ import annotations
 
@@ -39,6 +47,9 @@ from pathlib import Path
 import psutil
 import torch
 
+from dspark.integration.addresses import http_url
+from dspark.integration.metrics import RESTARTS_ENV
+from dspark.integration.request_limits import RequestLimits
 from dspark.integration.runtime_state import compile_state
 from dspark.integration.server import (CPU_ENV, CPU_MAX_TOTAL_TOKENS, cpu_server_args, dspark_args, dspark_env, launch_command,
                                        server_environment)
@@ -47,11 +58,16 @@ from dspark.models.checkpoint import read_drafter_config
 from dspark.models.decoding.settings import VerifySettings
 from dspark.models.errors import ConfigError
 from dspark.models.training.run import load_target_config
-from dspark.ops.admin.restart import RESTART_SIGNAL, RestartChannel
-from dspark.ops.commands.admin_server import add_admin_args, add_otlp_args, admin_arg_list, check_admin_args
-from dspark.ops.commands.settings_args import add_settings_args, settings_from_args
+from dspark.ops.admin.restart import RESTART_SIGNAL, CrashBudget, RestartChannel
+from dspark.ops.commands.admin_server import (add_admin_args, add_otlp_args, admin_arg_list, check_admin_args,
+                                              stop_sidecar)
+from dspark.ops.commands.arg_types import finite_float
+from dspark.ops.commands.settings_args import add_settings_args, settings_from_args, values_from_args
 
 DRAIN_TIMEOUT_S = 90.0
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 600.0  # restarts counted towards --max-restarts: those of the last ten minutes
+BACKOFF_S = (1.0, 30.0)  # the first restart's delay, doubling with each restart in the window, up to the second
 
 
 TRACE_LEVEL = "1"  # SGLANG_TRACE_LEVEL unless set: request spans, not per-slice ones (bench/results/trace-overhead)
@@ -77,9 +93,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"KV pool size in tokens (CPU default {CPU_MAX_TOTAL_TOKENS}; GPU: SGLang's choice)")
     server.add_argument("--max-running-requests", type=int, default=None, help="concurrent requests in a batch")
     server.add_argument("--dry-run", action="store_true", help="print the SGLang command and environment; start nothing")
-    server.add_argument("--drain-timeout", type=float, default=DRAIN_TIMEOUT_S,
+    server.add_argument("--drain-timeout", type=finite_float, default=DRAIN_TIMEOUT_S,
                         help="seconds the requests in flight get to finish after SIGTERM before SGLang is killed "
                              f"(default {DRAIN_TIMEOUT_S:g}; keep it below the pod's terminationGracePeriodSeconds)")
+    server.add_argument("--max-restarts", type=int, default=MAX_RESTARTS,
+                        help=f"times SGLang is started again after exiting by itself within {RESTART_WINDOW_S:g} s "
+                             f"before this command gives up and exits non-zero (default {MAX_RESTARTS}; 0: never)")
+    add_settings_args(parser, "request limits (integration/request_limits.py)", schema=RequestLimits)
     add_settings_args(parser, "runtime state (initial values; live-tunable through /set_internal_state)")
     server.add_argument("--http-admin-key-file", type=Path, default=None,
                         help="SGLang's --admin-api-key, which /set_internal_state and SGLang's other admin endpoints "
@@ -124,7 +144,9 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str],
         ["--max-total-tokens", str(args.max_total_tokens)] if args.max_total_tokens else [])
     if args.max_running_requests is not None:
         extra += ["--max-running-requests", str(args.max_running_requests)]
-    env = {}
+    if args.max_restarts < 0:
+        raise ConfigError(f"--max-restarts must be >= 0, got {args.max_restarts}")
+    env = values_from_args(args, RequestLimits).to_env()
     if args.drafter is not None:
         drafter = read_drafter_config(args.drafter, target_config)
         # Checked whole now; without a table, causal/lagged get the one the plugin profiles at engine start.
@@ -132,7 +154,7 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str],
         if state.sps_table:
             compile_state(state, drafter.gamma)  # loads and checks the table
         extra += dspark_args(args.drafter, cpu=cpu, sps_table=state.sps_table, sts=args.sts)
-        env = dspark_env(state.to_dict())
+        env.update(dspark_env(state.to_dict()))
     if args.admin_port is not None:
         check_admin_args(args)
     if args.otlp_endpoint:  # SGLang's own tracing; the plugin adds its round spans to it
@@ -148,8 +170,8 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str],
 
 def sidecar_command(args: argparse.Namespace) -> list[str]:
     """The admin server beside SGLang (README: why a sidecar process)."""
-    host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-    return [sys.executable, "-m", "dspark.ops.cli", "admin-server", "--sglang-url", f"http://{host}:{args.port}",
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(args.host, args.host)  # a wildcard: reach it on loopback
+    return [sys.executable, "-m", "dspark.ops.cli", "admin-server", "--sglang-url", http_url(host, args.port),
             "--sglang-admin-key-file", str(secrets_dir(args) / "admin-key"), "--supervisor-pid", str(os.getpid()),
             "--supervisor-folder", str(secrets_dir(args)), *admin_arg_list(args)]
 
@@ -206,8 +228,11 @@ def run(args: argparse.Namespace) -> int:
     # A neutral working directory: `python -m` puts it on sys.path, and a checkout's bare kernels/ would shadow
     # the `kernels` package SGLang depends on (all paths are absolute by now).
     neutral = cache_root() / "serve"
-    start = lambda environment: subprocess.Popen(command, env=server_environment(cpu, environment), cwd=neutral)
-    server = start(env)
+    crashes = CrashBudget(args.max_restarts, RESTART_WINDOW_S, *BACKOFF_S)
+    base_env = {**env, **restarts.live_settings_env()}
+    start = lambda environment: subprocess.Popen(
+        command, env=server_environment(cpu, {**environment, RESTARTS_ENV: str(crashes.total)}), cwd=neutral)
+    server = start(base_env)
     restarts.record_start()
     sidecar_process = subprocess.Popen(sidecar, cwd=neutral) if sidecar else None
     stopping, draining = threading.Event(), threading.Event()
@@ -230,13 +255,26 @@ def run(args: argparse.Namespace) -> int:
     gamma = read_drafter_config(args.drafter).gamma if args.drafter is not None else 0
     while True:
         code = wait_draining(server, draining, args.drain_timeout)
-        if stopping.is_set() or not draining.is_set():  # shut down, or SGLang ended by itself: so does serve
+        if stopping.is_set():
             break
-        print(f"dspark serve: SGLang drained (status {code}); starting it again", file=sys.stderr, flush=True)
+        if draining.is_set():  # a restart in place (the admin API's Restart): drained, with settings handed over
+            print(f"dspark serve: SGLang drained (status {code}); starting it again", file=sys.stderr, flush=True)
+            settings = restarts.take_settings()
+        else:  # SGLang exited by itself
+            delay = crashes.next_delay()
+            if delay is None:
+                print(f"dspark serve: SGLang exited unexpectedly (status {code}) after {args.max_restarts} restarts "
+                      f"within {RESTART_WINDOW_S:g} s (--max-restarts); giving up", file=sys.stderr, flush=True)
+                code = code or 1
+                break
+            print(f"dspark serve: SGLang exited unexpectedly (status {code}); starting it again in {delay:g} s "
+                  f"(restart {crashes.total})", file=sys.stderr, flush=True)
+            if stopping.wait(delay):
+                break
+            settings = restarts.live_settings()
         draining.clear()
-        server = start(restart_environment(env, restarts.take_settings(), gamma))
+        server = start(restart_environment(base_env, settings, gamma))
         restarts.record_start()
     if sidecar_process is not None:
-        sidecar_process.terminate()
-        sidecar_process.wait()
+        stop_sidecar(sidecar_process)
     return code

@@ -24,11 +24,12 @@ def flag(name: str) -> str:
 
 
 def add_settings_args(parser: argparse.ArgumentParser, title: str = TITLE, defaults: dict | None = None,
-                      only: tuple[str, ...] | None = None) -> None:
+                      only: tuple[str, ...] | None = None, schema: type = VerifySettings) -> None:
     """The flags of every setting (or of those in `only`), with the schema's defaults unless `defaults` names a
-    command's own (`dspark eval` drafts every round: it measures acceptance)."""
+    command's own (`dspark eval` drafts every round: it measures acceptance). `schema`: another dataclass of
+    `setting` fields, such as `dspark serve`'s request limits (integration/request_limits.py)."""
     group = parser.add_argument_group(title)
-    for f in fields(VerifySettings):
+    for f in fields(schema):
         if only is not None and f.name not in only:
             continue
         spec, default = f.metadata["spec"], (defaults or {}).get(f.name, f.default)
@@ -37,8 +38,13 @@ def add_settings_args(parser: argparse.ArgumentParser, title: str = TITLE, defau
             options["choices"] = spec.choices
         if spec.per_position:
             options.update(nargs="+", metavar="T")
-        options["type"] = nullable(spec.kind, False)
+        options["type"] = nullable(spec.kind, spec.nullable)
         group.add_argument(flag(f.name), dest=f.name, **options)
+
+
+def values_from_args(args: argparse.Namespace, schema: type):
+    """The `schema` instance the flags of `add_settings_args(..., schema=schema)` ask for, validated."""
+    return schema(**{f.name: getattr(args, f.name) for f in fields(schema)})
 
 
 def add_settings_patch_args(parser: argparse.ArgumentParser, title: str) -> None:

@@ -2,7 +2,8 @@
 
 `dspark serve` of the embedded target with DSpark; four greedy requests in flight when its process gets
 SIGTERM. Every one of them must complete with the target's own answer, a request sent after the signal
-must be refused with 503 and a reason, and the server must exit 0 within the drain timeout."""
+must be refused with 503 and a reason, as must one to every other route that starts model work (the request gate's
+route table), and the server must exit 0 within the drain timeout."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.integration.dspark_serve import DsparkServe, target_greedy_answers
+from tests.integration.http_fuzz import VALID
 
 PROMPTS = ["def fibonacci(n):", "class Stack:\n    ", "import json\n\n\ndef load(", "for key, value in "]
 MAX_NEW_TOKENS = 480  # EOS ignored: several seconds of decoding however fast the machine, so SIGTERM lands mid-way
@@ -30,6 +32,15 @@ def generate(url: str, prompt: str) -> tuple[int, dict]:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as err:
         return err.code, {"body": err.read().decode(errors="replace"), "retry_after": err.headers.get("Retry-After")}
+
+
+def post_status(url: str, payload: dict) -> int:
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=DRAIN_TIMEOUT_S) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +62,12 @@ def test_sigterm_finishes_requests_in_flight_refuses_new_ones_and_exits_zero(tmp
             server.process.send_signal(signal.SIGTERM)  # to `dspark serve` alone, as the kubelet does
             time.sleep(1.0)
             status, refused = generate(server.url, "print(")
+            every_route = {path: post_status(server.url + path, body) for path, body in VALID.items()}
             still_running = not all(f.done() for f in in_flight)
             answers = [f.result() for f in in_flight]
         assert still_running, "the late request must arrive while the others are still in flight"
         assert status == 503 and "draining" in refused["body"] and refused["retry_after"] == "1"
+        assert every_route == {path: 503 for path in VALID}
         assert [s for s, _ in answers] == [200] * len(PROMPTS)
         assert [a["output_ids"] for _, a in answers] == [reference[p] for p in PROMPTS]
         began = time.monotonic()

@@ -1,4 +1,6 @@
-"""A replica restarted under load through the admin API (issue 17): no request a retrying client sends is lost.
+"""A replica restarted under load through the admin API (issue 17): no request a retrying client sends is lost;
+and SGLang killed under load is started again by `dspark serve`, with the live settings, until it has crashed
+more often than --max-restarts allows (issue 41).
 
 `dspark serve` of the embedded target with DSpark and its admin sidecar; four clients send greedy requests
 in a loop, retrying a refusal (503 while the replica drains) or a refused connection (while SGLang starts
@@ -28,8 +30,9 @@ MAX_NEW_TOKENS = 64
 RETRY_FOR_S = 600.0  # a retrying client gives up after this long: a request it gives up on is lost
 
 
-def generate(url: str, prompt: str) -> tuple[list[int], list[str]]:
-    """The answer's token ids, retrying as a client should; and why each earlier try failed."""
+def generate(url: str, prompt: str, retried: tuple[int, ...] = (503,)) -> tuple[list[int], list[str]]:
+    """The answer's token ids, retrying as a client should (on the `retried` statuses and refused connections);
+    and why each earlier try failed."""
     body = json.dumps({"text": prompt, "sampling_params": {"max_new_tokens": MAX_NEW_TOKENS, "temperature": 0,
                                                            "ignore_eos": True}}).encode()
     failures, deadline = [], time.monotonic() + RETRY_FOR_S
@@ -39,9 +42,9 @@ def generate(url: str, prompt: str) -> tuple[list[int], list[str]]:
             with urllib.request.urlopen(request, timeout=120) as response:
                 return json.loads(response.read())["output_ids"], failures
         except urllib.error.HTTPError as err:
-            if err.code != 503:
+            if err.code not in retried:
                 raise AssertionError(f"{prompt!r}: HTTP {err.code}: {err.read()[:300]!r}")
-            failures.append("503")
+            failures.append(str(err.code))
             time.sleep(float(err.headers.get("Retry-After", "1")))
         except (urllib.error.URLError, http.client.HTTPException, ConnectionError) as err:
             failures.append(type(getattr(err, "reason", err)).__name__)
@@ -102,6 +105,44 @@ def test_restart_under_load_keeps_settings_and_loses_no_retried_request(tmp_path
               f"({sum(len(f) for f in retried)} tries refused); restart took {reply.seconds:.1f} s")
     finally:
         server.stop()
+
+
+def test_sglang_killed_under_load_is_started_again_with_the_live_settings_until_it_crashes_too_often(
+        tmp_path, reference):
+    server = DsparkServe.alone(tmp_path)
+    at = server.command.index("--")
+    server.command[at:at] = ["--max-restarts", "1"]
+    server.start()
+    try:
+        server.wait_ready()
+        admin = server.client(server.admin_token)
+        admin.update({"max_verify_length": 3})
+        with ThreadPoolExecutor(max_workers=CLIENTS) as pool:
+            load = [pool.submit(generate, server.url, p, (500, 502, 503)) for p in PROMPTS[:CLIENTS]]
+            time.sleep(1.0)  # admitted and decoding
+            kill_scheduler(server)
+            answers = [f.result() for f in load]  # answered by the restarted server, at the latest
+        assert [a for a, _ in answers] == [reference[p] for p in PROMPTS[:CLIENTS]]
+        assert any(failures for _, failures in answers), "no request met the crash: the load did not span it"
+        wait_until(admin.serving, "the restarted SGLang serving its DSpark state")
+        assert admin.get().settings.max_verify_length == 3, "the live settings survive the crash"
+        assert generate(server.url, PROMPTS[0])[0] == reference[PROMPTS[0]]
+        with urllib.request.urlopen(server.url + "/metrics", timeout=30) as response:
+            assert "dspark_sglang_restarts 1.0" in response.read().decode()
+        assert server.process.poll() is None
+        kill_scheduler(server)  # a second crash within the window: past --max-restarts 1
+        assert server.process.wait(timeout=120) != 0, "a crash loop must end in a non-zero exit"
+        assert "giving up" in server.log.read_text()
+    finally:
+        server.stop()
+
+
+def kill_scheduler(server: DsparkServe) -> None:
+    tree = psutil.Process(server.process.pid).children(recursive=True)
+    schedulers = [p for p in tree if "sglang::scheduler" in " ".join(p.cmdline()) or p.name() == "sglang::scheduler"]
+    assert schedulers, "no SGLang scheduler process found"
+    for process in schedulers:
+        process.kill()
 
 
 def wait_until(condition, what: str, timeout_s: float = RETRY_FOR_S) -> None:

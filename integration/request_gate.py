@@ -1,0 +1,364 @@
+"""The request gate: every request to a route that starts model work is bounded before SGLang sees it.
+
+SGLang 0.5.23 validates a request's types, but several values reach the scheduler unchecked, and the scheduler
+dies on them, taking the whole server with it: `logprobs` / `top_logprobs` / `top_logprobs_num` above the
+vocabulary, token ids outside [0, vocab) (`input_ids`, a completions `prompt` of ids), and an `n` that
+queues a hundred thousand sub-requests holds the replica for minutes. The gate answers those itself, with
+SGLang's error body and a message naming the field, the bound and the value:
+
+    413  the body is larger than max_body_bytes (said by Content-Length, or counted as it arrives), before
+         any of it is parsed
+    400  the body is not a JSON object, holds NaN or Infinity, or a value is out of its bound: logprobs,
+         n / best_of, max tokens, token ids, a prompt of ids longer than the context, more sub-requests
+         than max_queued_requests allows at all
+    429  admitting the request would put more than max_queued_requests sub-requests in flight (Retry-After)
+    404  a route that starts model work dspark does not gate (routes.py: REFUSED)
+    415  the body is not declared `application/json` (SGLang's error handler fails on a body it cannot read)
+
+Ollama's `options` reach SGLang's sampling parameters unchecked (a string temperature or a top_p of 8, say,
+raises inside the handler: a 500), so the gate checks their types and SGLang's own ranges itself, and refuses
+`seed`, which SGLang cannot take, and an empty `messages`.
+
+The bounds (request_limits.py) come from `dspark serve`'s flags; vocab and context from the served model.
+Fields are looked for where SGLang's request shapes carry them: at the top of the body and in its
+`sampling_params` (/generate, also a list), `options` (Ollama), `parameters` and `instances` (Vertex AI),
+never inside free-form parts such as messages, tools or schemas. A number given as a string is checked as
+the number pydantic would make of it.
+
+Installed in SGLang's launcher only (the process that serves HTTP), as launch_server starts, together with the
+drain (drain.py), which stays outermost: a draining server refuses before it reads a body.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import multiprocessing
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+from dspark.integration.drain import RefuseWhileDraining
+from dspark.integration.request_limits import RequestLimits
+from dspark.integration.routes import RouteClassifier, RouteKind
+from dspark.models.errors import shown
+
+logger = logging.getLogger(__name__)
+
+CONTAINERS = ("sampling_params", "options", "parameters", "instances")
+LOGPROB_FIELDS = ("logprobs", "top_logprobs", "top_logprobs_num")
+COUNT_FIELDS = ("n", "best_of")
+MAX_TOKEN_FIELDS = ("max_tokens", "max_new_tokens", "max_completion_tokens", "max_output_tokens", "num_predict")
+ID_FIELDS = ("input_ids", "prompt_token_ids", "stop_token_ids", "token_ids_logprob", "label_token_ids")
+ID_OR_TEXT_FIELDS = ("prompt", "input", "items", "query", "text")  # text, or token ids
+BATCH_FIELDS = ("text", "input_ids", "prompt", "input", "items", "documents", "instances")
+SEED_FIELDS = ("seed", "sampling_seed")
+READ_FROM_TEXT = ("top_k", "min_tokens", "logprob_start_len") + SEED_FIELDS + LOGPROB_FIELDS + COUNT_FIELDS + \
+    MAX_TOKEN_FIELDS  # integer fields pydantic also reads from a string of digits
+INT32 = (-(1 << 31), (1 << 31) - 1)
+INT64 = (-(1 << 63), (1 << 63) - 1)
+SHOWN_CHARS = 80
+NUMBER, INTEGER, STOP = "a number", "an integer", "a string or a list of strings"
+OLLAMA_OPTIONS = {  # what SGLang maps to sampling parameters (others it ignores): kind, allowed, the range as said
+    "temperature": (NUMBER, lambda x: 0 <= x <= INT32[1], f"0..{INT32[1]}"),
+    "top_p": (NUMBER, lambda x: 0 < x <= 1, "(0, 1]"),
+    "top_k": (INTEGER, lambda x: x == -1 or 1 <= x <= INT32[1], f"-1 or 1..{INT32[1]}"),
+    "presence_penalty": (NUMBER, lambda x: -2 <= x <= 2, "[-2, 2]"),
+    "frequency_penalty": (NUMBER, lambda x: -2 <= x <= 2, "[-2, 2]"),
+    "num_predict": (INTEGER, lambda x: x >= 0, "0 or more"),
+    "stop": (STOP, lambda x: True, "")}
+
+
+class Refused(Exception):
+    def __init__(self, status: int, field: str, message: str):
+        super().__init__(message)
+        self.status, self.field, self.message = status, field, message
+
+
+@dataclass(frozen=True)
+class ModelBounds:
+    vocab: int
+    context: int
+
+
+def number(value: Any) -> Optional[float]:
+    """The number pydantic would read from `value` (a bool, a non-number: None)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def numbers(value: Any) -> Iterator[tuple[Any, float]]:
+    """(item, its number) of a value or of each item of a list (per-prompt values), non-numbers left out."""
+    for item in value if isinstance(value, list) else [value]:
+        x = number(item)
+        if x is not None:
+            yield item, x
+
+
+def check_range(field: str, value: Any, low: int, high: int) -> None:
+    for item, x in numbers(value):
+        if not low <= x <= high:  # NaN fails too
+            raise Refused(400, field, f"{field} must be in {low}..{high}, got {shown(item)}")
+
+
+def check_magnitudes(scope: dict) -> None:
+    """Every number a scope holds fits the scheduler's tensors: 32 bits (64 for seeds). SGLang validates the
+    ranges of most sampling values, but builds its batch tensors before it would notice, say, a top_k of 2**63."""
+    for key, value in scope.items():
+        if key in ID_FIELDS + ID_OR_TEXT_FIELDS:  # token ids: check_ids bounds them by the vocabulary
+            continue
+        low, high = INT64 if key in SEED_FIELDS else INT32
+        items = numbers(value) if key in READ_FROM_TEXT else (
+            (item, item) for item in (value if isinstance(value, list) else [value])
+            if isinstance(item, (int, float)) and not isinstance(item, bool))
+        for item, x in items:
+            if not low <= x <= high:
+                raise Refused(400, key, f"{key} must be in {low}..{high}, got {shown(item)}")
+
+
+def scopes(body: dict) -> Iterator[dict]:
+    """The body and the containers in it where SGLang's request shapes carry sampling fields."""
+    yield body
+    for key in CONTAINERS:
+        value = body.get(key)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, dict):
+                yield item
+
+
+def token_ids(value: Any, strings_too: bool) -> Iterator[tuple[Any, float]]:
+    """(item, its number) of every token id in a (nested) list; strings count as ids only when `strings_too`."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, (int, float)) or (strings_too and isinstance(item, str)):
+            x = number(item)
+            if x is not None:
+                yield item, x
+
+
+def id_prompts(value: Any) -> Iterator[list]:
+    """The lists of ids (prompts) in a (nested) list."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            if item and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in item):
+                yield item
+            else:
+                stack.extend(item)
+
+
+def check_ids(field: str, value: Any, bounds: ModelBounds, strings_too: bool) -> None:
+    for item, x in token_ids(value, strings_too):
+        if not (0 <= x < bounds.vocab and x == int(x)):
+            raise Refused(400, field, f"{field}: token ids must be integers in [0, {bounds.vocab}) (the "
+                                      f"vocabulary), got {shown(item)}")
+    for prompt in id_prompts(value):
+        if len(prompt) > bounds.context:
+            raise Refused(400, field, f"{field}: a prompt of token ids must be at most {bounds.context} (the "
+                                      f"context length) long, got {len(prompt)}")
+
+
+def batch_size(body: dict) -> int:
+    """Prompts in the request: the longest list of prompts among the fields that carry them (a list of ids is one)."""
+    size = 1
+    for key in BATCH_FIELDS:
+        value = body.get(key)
+        if isinstance(value, list) and value and not all(isinstance(v, (int, float)) for v in value):
+            size = max(size, len(value))
+    return size
+
+
+def has_type(value: Any, kind: str) -> bool:
+    if kind == STOP:
+        return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+    numeric = (int,) if kind == INTEGER else (int, float)
+    return isinstance(value, numeric) and not isinstance(value, bool)
+
+
+def check_ollama_options(options: Any) -> None:
+    if options is None:
+        return
+    if not isinstance(options, dict):
+        raise Refused(400, "options", f"options must be an object, got {shown(options)}")
+    if "seed" in options:
+        raise Refused(400, "options.seed", "options.seed is not supported by this server (SGLang 0.5.23's Ollama "
+                                           "routes cannot seed a request): leave it out")
+    for key, (kind, allowed, bound) in OLLAMA_OPTIONS.items():
+        if key in options and not (has_type(options[key], kind) and allowed(options[key])):
+            raise Refused(400, f"options.{key}", f"options.{key} must be {kind}{f' in {bound}' if bound else ''}, "
+                                                 f"got {shown(options[key])}")
+
+
+def check_body(body: Any, limits: RequestLimits, bounds: ModelBounds) -> int:
+    """The sub-requests (prompts x n) `body` asks for; Refused when a value is out of its bound."""
+    if not isinstance(body, dict):
+        raise Refused(400, "body", f"the request body must be a JSON object, got {type(body).__name__}")
+    check_ollama_options(body.get("options"))
+    if body.get("messages") == []:  # SGLang's Ollama chat fails on it (a 500); the others refuse it
+        raise Refused(400, "messages", "messages must hold at least one message, got []")
+    logprobs = min(limits.max_logprobs, bounds.vocab)
+    max_new = min(limits.max_new_tokens or bounds.context, bounds.context)
+    per_prompt = 1
+    for scope in scopes(body):
+        check_magnitudes(scope)
+        for field in LOGPROB_FIELDS:
+            check_range(field, scope.get(field), 0, logprobs)
+        for field in COUNT_FIELDS:
+            check_range(field, scope.get(field), 1, limits.max_n)
+            per_prompt = max([per_prompt, *(int(x) for _, x in numbers(scope.get(field)))])
+        for field in MAX_TOKEN_FIELDS:
+            check_range(field, scope.get(field), 0, max_new)
+        for field in ID_FIELDS + ID_OR_TEXT_FIELDS:
+            if field in scope:
+                check_ids(field, scope[field], bounds, strings_too=field in ID_FIELDS)
+        bias = scope.get("logit_bias")
+        if isinstance(bias, dict):
+            check_ids("logit_bias", [key for key in bias if number(key) is not None], bounds, strings_too=True)
+    count = batch_size(body) * per_prompt
+    if count > limits.max_queued_requests:
+        raise Refused(400, "max_queued_requests", f"the request asks for {count} completions (prompts x n); at "
+                                                  f"most {limits.max_queued_requests} may be in flight")
+    return count
+
+
+def parse(body: bytes) -> Any:
+    def finite(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"{text} is not a finite number")
+        return value
+
+    def no_constant(name: str):
+        raise ValueError(f"{name} is not a number JSON allows")
+
+    try:
+        return json.loads(body, parse_float=finite, parse_constant=no_constant)
+    except (ValueError, RecursionError, UnicodeDecodeError) as err:
+        raise Refused(400, "body", f"the request body is not valid JSON: {str(err)[:SHOWN_CHARS]}") from None
+
+
+def error_body(status: int, field: str, message: str) -> bytes:
+    kind = {413: "PayloadTooLarge", 415: "UnsupportedMediaType", 429: "TooManyRequests",
+            404: "NotFound"}.get(status, "BadRequestError")
+    return json.dumps({"object": "error", "message": message, "type": kind, "param": field,
+                       "code": status}).encode()
+
+
+async def respond(send, status: int, body: bytes, retry_after: bool = False) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if retry_after:
+        headers.append((b"retry-after", b"1"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class RequestGate:
+    """ASGI middleware: bound every GATED request's body, count its sub-requests in flight, 404 REFUSED routes."""
+
+    def __init__(self, app, classify: RouteClassifier, limits: RequestLimits, model_bounds):
+        self.app, self.classify, self.limits, self.model_bounds = app, classify, limits, model_bounds
+        self.in_flight = 0  # sub-requests admitted and not yet answered (one event loop: no lock)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        kind = self.classify(scope)
+        if kind is RouteKind.REFUSED:
+            return await self.refuse_route(scope, send)
+        if kind is not RouteKind.GATED or scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        try:
+            check_content_type(scope)
+            body = await self.read_body(scope, receive)
+            count = check_body(parse(body), self.limits, self.model_bounds())
+            if self.in_flight + count > self.limits.max_queued_requests:
+                raise Refused(429, "max_queued_requests", f"the replica has {self.in_flight} sub-requests in "
+                                                          f"flight; {count} more would pass max_queued_requests="
+                                                          f"{self.limits.max_queued_requests}: retry later")
+        except Refused as refused:
+            return await respond(send, refused.status, error_body(refused.status, refused.field, refused.message),
+                                 retry_after=refused.status == 429)
+        self.in_flight += count
+        try:
+            await self.app(scope, replay(body, receive), send)
+        finally:
+            self.in_flight -= count
+
+    async def read_body(self, scope, receive) -> bytes:
+        limit = self.limits.max_body_bytes
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            raise Refused(413, "body", f"the request body must be at most {limit} bytes (max_body_bytes), "
+                                       f"Content-Length says {declared[:SHOWN_CHARS].decode('latin-1')}")
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise Refused(400, "body", "the client disconnected before sending the whole body")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise Refused(413, "body", f"the request body must be at most {limit} bytes (max_body_bytes), "
+                                           f"got more than that")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def refuse_route(self, scope, send) -> None:
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await respond(send, 404, error_body(404, "path", f"{scope['path']} is not served here: dspark serves "
+                                                         f"the generation routes it can bound"))
+
+
+def check_content_type(scope) -> None:
+    declared = dict(scope.get("headers") or []).get(b"content-type", b"").split(b";")[0].strip().lower()
+    if declared != b"application/json":
+        raise Refused(415, "content-type", f"the request body must be application/json, Content-Type says "
+                                           f"{declared[:SHOWN_CHARS].decode('latin-1')!r}")
+
+
+def replay(body: bytes, receive):
+    """A receive() that hands the app the body already read, then the client's own messages (a disconnect)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive_again():
+        return pending.pop() if pending else await receive()
+    return receive_again
+
+
+def served_model_bounds() -> ModelBounds:
+    from sglang.srt.entrypoints.http_server import _global_state
+
+    config = _global_state.tokenizer_manager.model_config
+    return ModelBounds(vocab=int(config.vocab_size), context=int(config.context_len))
+
+
+def _add_middlewares(*args, **kwargs) -> None:
+    from sglang.srt.entrypoints.http_server import app
+
+    classify = RouteClassifier(app)
+    app.add_middleware(RequestGate, classify=classify, limits=RequestLimits.from_env(),
+                       model_bounds=served_model_bounds)
+    app.add_middleware(RefuseWhileDraining, classify=classify)  # added last: outermost
+
+
+def install() -> None:
+    if multiprocessing.parent_process() is not None:  # a scheduler or detokenizer: no HTTP app here
+        return
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    RequestLimits.from_env()  # a bad hand-over stops the launch here, naming the limit
+    HookRegistry.register("sglang.srt.entrypoints.http_server.launch_server", _add_middlewares, HookType.BEFORE)
