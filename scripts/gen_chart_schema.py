@@ -1,8 +1,10 @@
-"""Derive the Helm chart's `settings` values from the one settings schema (models/decoding/settings.py).
+"""Derive the Helm chart's `settings` and `requestLimits` values from their one definitions.
 
-Writes two generated parts of helm/dspark: `properties.settings` in values.schema.json (a closed object: each
-setting's JSON type, null when nullable, choices, numeric bounds, per-position lists) and the documented
-`settings:` block of values.yaml between its BEGIN/END markers (each setting's default and help). Bounds that
+`settings` are the verify-plan settings (models/decoding/settings.py), `requestLimits` the request gate's bounds
+(integration/request_limits.py); both are dataclasses of `setting` fields. For each, this writes two generated
+parts of helm/dspark: `properties.<key>` in values.schema.json (a closed object: each field's JSON type, null
+when nullable, choices, numeric bounds, per-position lists) and the documented `<key>:` block of values.yaml
+between its BEGIN/END markers (each field's default and help). Bounds that
 name gamma or another setting cannot be checked at render time; `dspark serve` checks them when the pod
 starts. tests/helm/test_schema.py fails when either part drifts from the schema.
 
@@ -15,11 +17,17 @@ import re
 from dataclasses import fields
 from pathlib import Path
 
+from dspark.integration.request_limits import RequestLimits
 from dspark.models.decoding.settings import GAMMA, VerifySettings
 
 CHART = Path(__file__).resolve().parents[1] / "helm" / "dspark"
 JSON_TYPES = {str: "string", int: "integer", float: "number"}
-BLOCK = re.compile(r"(  # BEGIN settings \(scripts/gen_chart_schema.py\)\n).*?(  # END settings\n)", re.S)
+GENERATED = {"settings": (VerifySettings, "initial runtime state: the settings of models/decoding/settings.py"),
+             "requestLimits": (RequestLimits, "the request gate's bounds: integration/request_limits.py")}
+
+
+def block(key: str) -> re.Pattern:
+    return re.compile(rf"(  # BEGIN {key} \(scripts/gen_chart_schema.py\)\n).*?(  # END {key}\n)", re.S)
 
 
 def scalar_schema(spec) -> dict:
@@ -45,15 +53,14 @@ def setting_schema(f) -> dict:
     return {"description": f"{spec.help}; {spec.range_text()}{note}", **value}
 
 
-def settings_schema() -> dict:
-    return {"type": "object", "additionalProperties": False,
-            "description": "initial runtime state: the settings of models/decoding/settings.py",
-            "properties": {f.name: setting_schema(f) for f in fields(VerifySettings)}}
+def settings_schema(schema: type, description: str) -> dict:
+    return {"type": "object", "additionalProperties": False, "description": description,
+            "properties": {f.name: setting_schema(f) for f in fields(schema)}}
 
 
-def values_block() -> str:
+def values_block(schema: type) -> str:
     lines = []
-    for f in fields(VerifySettings):
+    for f in fields(schema):
         spec = f.metadata["spec"]
         lines.append(f"  # -- {spec.help}; {spec.range_text()}{'; null allowed' if spec.nullable else ''}")
         lines.append(f"  {f.name}: {json.dumps(f.default)}")
@@ -62,14 +69,17 @@ def values_block() -> str:
 
 def generated_schema(text: str) -> str:
     schema = json.loads(text)
-    schema["properties"]["settings"] = settings_schema()
+    for key, (settings, description) in GENERATED.items():
+        schema["properties"][key] = settings_schema(settings, description)
     return json.dumps(schema, indent=2) + "\n"
 
 
 def generated_values(text: str) -> str:
-    if not BLOCK.search(text):
-        raise SystemExit("values.yaml lost its '# BEGIN settings' / '# END settings' markers")
-    return BLOCK.sub(lambda m: m.group(1) + values_block() + m.group(2), text)
+    for key, (settings, _) in GENERATED.items():
+        if not block(key).search(text):
+            raise SystemExit(f"values.yaml lost its '# BEGIN {key}' / '# END {key}' markers")
+        text = block(key).sub(lambda m: m.group(1) + values_block(settings) + m.group(2), text)
+    return text
 
 
 def main() -> None:

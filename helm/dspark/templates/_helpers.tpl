@@ -68,15 +68,18 @@ app.kubernetes.io/component: router
 {{- end -}}
 {{- end -}}
 
-{{/* The verify-plan settings as `dspark serve` flags (null: the flag's own default, which is the schema's). */}}
+{{/* A generated values block (settings, requestLimits) as `dspark serve` flags, --name-with-dashes value (null:
+the flag's own default, which is the schema's). */}}
 {{- define "dspark.settingsArgs" -}}
-{{- range $name, $value := .Values.settings }}
+{{- range $name, $value := . }}
 {{- if not (kindIs "invalid" $value) }}
 - --{{ $name | replace "_" "-" }}
 {{- if kindIs "slice" $value }}
 {{- range $value }}
 - {{ . | toString | quote }}
 {{- end }}
+{{- else if and (kindIs "float64" $value) (eq $value (float64 (int64 $value))) }}
+- {{ int64 $value | toString | quote }}{{/* YAML numbers are floats to helm: 4194304, not 4.194304e+06 */}}
 {{- else }}
 - {{ $value | toString | quote }}
 {{- end }}
@@ -137,8 +140,9 @@ app.kubernetes.io/component: router
 - --device
 - {{ ternary "cuda" "cpu" (gt (int $v.gpu.count) 0) }}
 - --drain-timeout
-- {{ max 1 (sub (sub (int $v.scheduling.terminationGracePeriodSeconds) (int $v.scheduling.preStopSleepSeconds)) 10) | quote }}
-{{- include "dspark.settingsArgs" $root }}
+- {{ max 1 (sub (sub (int (include "dspark.gracePeriod" $root)) (int $v.scheduling.preStopSleepSeconds)) 10) | quote }}
+{{- include "dspark.settingsArgs" $v.requestLimits }}
+{{- include "dspark.settingsArgs" $v.settings }}
 {{- if and $v.admin.enabled (not .worker) }}
 {{ include "dspark.adminArgs" $root }}
 {{- end }}
@@ -162,6 +166,17 @@ app.kubernetes.io/component: router
 - --dist-init-addr
 - $(LWS_LEADER_ADDRESS):{{ $v.lws.distPort }}
 {{- end }}
+{{- end -}}
+
+{{/* The pod's grace period: scheduling.terminationGracePeriodSeconds, raised to the preStop sleep + 10 s + the
+time the longest request (requestLimits.max_new_tokens) takes at scheduling.minDecodeTokensPerSecond. */}}
+{{- define "dspark.gracePeriod" -}}
+{{- $s := .Values.scheduling -}}
+{{- $grace := int $s.terminationGracePeriodSeconds -}}
+{{- with .Values.requestLimits.max_new_tokens -}}
+{{- $grace = max $grace (add (int $s.preStopSleepSeconds) 10 (ceil (divf . $s.minDecodeTokensPerSecond))) -}}
+{{- end -}}
+{{ $grace }}
 {{- end -}}
 
 {{/* Least privilege for every container; writable paths are emptyDir mounts. */}}

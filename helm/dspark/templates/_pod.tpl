@@ -8,7 +8,7 @@ serviceAccountName: {{ $fullname }}
 automountServiceAccountToken: false  # the servers never call the Kubernetes API
 securityContext:
   {{- include "dspark.podSecurityContext" $root | nindent 2 }}
-terminationGracePeriodSeconds: {{ $v.scheduling.terminationGracePeriodSeconds }}
+terminationGracePeriodSeconds: {{ include "dspark.gracePeriod" $root }}
 {{- include "dspark.scheduling" $root }}
 {{- with $v.imagePullSecrets }}
 imagePullSecrets:
@@ -27,6 +27,10 @@ containers:
       {{- include "dspark.serveArgs" . | nindent 6 }}
     env:
       - {name: DSPARK_CACHE, value: /var/cache/dspark}
+      {{- if $v.spsProfile.enabled }}
+      # where a live sps_table may be (models/decoding/sps_paths.py): the writable cache first, then the Job's table
+      - {name: DSPARK_SPS_DIR, value: "/var/cache/dspark/sps:/etc/dspark/sps"}
+      {{- end }}
       - {name: HOME, value: /home/dspark}
       - name: SGLANG_HEALTH_CHECK_TIMEOUT
         value: {{ $v.probes.healthCheckTimeoutSeconds | quote }}
