@@ -6,7 +6,7 @@ directory (the repo root would put its bare `kernels/`, `models/` folders on sys
 group (SGLang forks a scheduler and a detokenizer). If the server dies or never becomes ready, the error
 carries the tail of its log.
 
-The CPU recipe (shared/reference/SGLANG_ON_CPU.md): `SGLANG_USE_CPU_ENGINE=1` routes RoPE and friends
+The CPU recipe (docs/serving.md, "The CPU recipe"): `SGLANG_USE_CPU_ENGINE=1` routes RoPE and friends
 to their native paths, `--device cpu` picks the torch-native attention backend, float32 (CPU matmuls in
 bf16 are slow without AMX), no CUDA graphs or overlap scheduling, and `--max-total-tokens` keeps the KV
 pool small (without it SGLang reserves ~70% of RAM). The CPU stand-in for `sgl_kernel` is on sys.path

@@ -7,7 +7,7 @@ after d_{i-1}; p_1 follows the anchor). The drafter drew d_i from q_i.
 Greedy (T = 0): d_i is accepted iff d_i = argmax p_i and every earlier draft was accepted. With n accepted, the
 next token is argmax p_{n+1}: the target's own correction when n < k, its bonus token when n = k.
 
-Sampling (Leviathan et al. 2023; DEEPSPEC_REFERENCE §3.2): with u_i ~ U(0, 1),
+Sampling (Leviathan et al. 2023; docs/evaluation.md): with u_i ~ U(0, 1),
     accept d_i  iff  u_i < min(1, p_i(d_i) / q_i(d_i))   and every earlier draft was accepted;
     n = the accepted prefix length;
     next ~ norm(max(p_{n+1} - q_{n+1}, 0))  if n < k   (the residual; p_{n+1} itself if the residual is all zero,

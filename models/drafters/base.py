@@ -89,7 +89,7 @@ class Drafter(nn.Module, ABC):
     def __init__(self, config: DrafterConfig):
         super().__init__()
         self.config = config
-        # The target's, never trained (DEEPSPEC_REFERENCE §1.2); `from_target` or a checkpoint fills them.
+        # The target's, never trained (docs/training.md); `from_target` or a checkpoint fills them.
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size).requires_grad_(False)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False).requires_grad_(False)
         self.draft_vocab: Optional[DraftVocab] = None  # drafting proposes only these tokens (restrict_vocabulary)

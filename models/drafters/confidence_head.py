@@ -3,7 +3,7 @@ given that tokens before it were (a conditional rate; the prefix survival is the
 
 feat_k = [h_k ; W1[prev_k]] when `with_markov` (prev_0 = anchor, prev_k = draft token k - 1, W1 = the Markov
 head's embedding, shared and not detached), else h_k alone; h_k is the final-normed backbone hidden state
-(DEEPSPEC_REFERENCE §1.6). The head returns logits; callers apply the sigmoid. `proj` is SGLang's name.
+(docs/training.md). The head returns logits; callers apply the sigmoid. `proj` is SGLang's name.
 """
 from typing import Optional
 

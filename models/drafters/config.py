@@ -2,7 +2,7 @@
 
 A drafter is built for one target. Its transformer dimensions (hidden size, heads, KV heads, head_dim,
 intermediate size, RoPE theta, RMSNorm eps, vocab) are a copy of the target's, because the drafter shares
-the target's frozen embedding and lm_head and reads the target's hidden states (DEEPSPEC_REFERENCE §1.1).
+the target's frozen embedding and lm_head and reads the target's hidden states (docs/training.md).
 `DrafterConfig.from_target` makes that copy; everything else is the drafter's own choice.
 
 Invariants checked in `__post_init__` (a violation raises `ConfigError` naming field, rule, value, fix):

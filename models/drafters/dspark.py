@@ -1,6 +1,6 @@
 """DSpark and DFlash: a parallel block drafter whose context is the target's hidden states, injected as K/V.
 
-Architecture (DEEPSPEC_REFERENCE §1.2-§1.6):
+Architecture (docs/training.md, "The drafters"):
 - H_ctx = hidden_norm(fc(concat of the target_layer_ids hidden states)), computed once per position and used
   as extra keys/values in EVERY layer: k = rope(k_norm(k_proj(H_ctx))), v = v_proj(H_ctx), with the same
   k_proj/v_proj as the block tokens. Context is never propagated through the layers.
@@ -12,7 +12,7 @@ Architecture (DEEPSPEC_REFERENCE §1.2-§1.6):
   slot k is draft k; without it (original DFlash, SGLang's DFLASH) it has gamma + 1 slots and slot k + 1 is.
 
 Training (`forward_train`) packs all sampled blocks of a sequence into one pass over the full context; the
-mask (§1.3) lets block j see context i < p_j and its own block. A dropped block (block_keep False) sees only
+mask lets block j see context i < p_j and its own block. A dropped block (block_keep False) sees only
 its own slot, so its (ignored) output stays finite. Inference (`propose`) caches context K/V only
 (base.py protocol), so the block forward sees exactly what a training block with the same anchor sees.
 Module and parameter names equal SGLang 0.5.23's checkpoint names (fc, hidden_norm, layers.N..., norm, ...).
@@ -210,7 +210,7 @@ class DFlash(BlockDrafter):
 
 
 def training_visibility(anchors: torch.Tensor, block_keep: torch.Tensor, seq: int, slots: int) -> torch.Tensor:
-    """Which keys each block query sees during training (DEEPSPEC_REFERENCE §1.3).
+    """Which keys each block query sees during training.
 
     anchors, block_keep: [bs, n_anchors]. Keys are [context 0..seq-1 ; all block slots]. Query (j, s) sees
     context i < p_j and every slot of block j when block j is kept; a dropped block sees only its own slot.

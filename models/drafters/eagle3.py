@@ -1,4 +1,4 @@
-"""Eagle3: the one-layer autoregressive drafter of the reference (DEEPSPEC_REFERENCE §4, §3.5).
+"""Eagle3: the one-layer autoregressive drafter of DeepSpec (docs/training.md, "The drafters").
 
 One step reads a pair (hidden h, token x) at RoPE position t:
     attn_in = [input_layernorm(embed(x)) ; hidden_norm(h)]          (2*hidden wide, into q/k/v projections)

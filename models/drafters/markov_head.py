@@ -1,7 +1,7 @@
 """DSpark Markov heads: a low-rank bias on each draft position's logits from the previous token.
 
 Base logits U_k = lm_head(h_k), with h_k the final-normed backbone hidden state of draft position k.
-prev_0 = anchor, prev_k = the token at draft position k - 1 (DEEPSPEC_REFERENCE §1.5). With W1 = Embedding(V, r)
+prev_0 = anchor, prev_k = the token at draft position k - 1 (docs/training.md). With W1 = Embedding(V, r)
 and W2 = Linear(r, V, no bias):
 - vanilla: logits_k = U_k + W2(W1[prev_k])
 - gated:   g_k = sigmoid(gate_proj([h_k ; W1[prev_k]])), logits_k = U_k + W2(g_k * W1[prev_k])

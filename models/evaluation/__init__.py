@@ -1,3 +1,5 @@
-"""Evaluation the way DeepSpec measures it (DEEPSPEC_REFERENCE.md §3): prompts (datasets.py), acceptance and
-confidence-calibration metrics pooled over rounds (metrics.py), the evaluation run (run.py) and its plots
-(plots.py)."""
+"""Evaluation the way DeepSpec measures it (docs/evaluation.md): acceptance pooled over rounds (acceptance.py),
+the evaluation run (run.py) and its plots (plots.py), teacher-forced acceptance (teacher_forced.py), paired speed
+ratios (paired.py), the scheduling benchmark and its simulator (scheduling.py, simulate.py), and what a machine's
+costs allow a drafter (speedup_bound.py). The prompts are read by models/prompts.py, the calibration metrics
+computed by models/calibration.py."""

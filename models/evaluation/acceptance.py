@@ -1,4 +1,4 @@
-"""Acceptance metrics pooled over all rounds of all requests (DEEPSPEC_REFERENCE §3.3), not per-sample means.
+"""Acceptance metrics pooled over all rounds of all requests (docs/evaluation.md), not per-sample means.
 
 - tau = sum(tokens committed per round) / rounds: the accepted drafts plus the correction/bonus token (the
   paper's Table 1 metric; the first token, from the prefill, is not a round).

@@ -1,6 +1,6 @@
 """One evaluation: decode a dataset's prompts speculatively, measure acceptance, calibration and speed.
 
-Protocol (DEEPSPEC_REFERENCE §3): fixed-length proposals (every draft verified) unless a policy is given,
+Protocol (DeepSpec's, docs/evaluation.md): fixed-length proposals (every draft verified) unless a policy is given,
 temperature 1 by default, one generator per batch seeded with seed + the batch's first prompt index. The same
 prompts are then decoded without speculation (the drafter-free path of the same engine) for the baseline
 tokens/s; at temperature > 0 the two runs sample different texts, so speed is compared per generated token.

@@ -2,9 +2,9 @@
 
 A training block starts at an anchor position p. Its γ input slots are [x_p, MASK, ..., MASK] at positions
 p .. p+γ-1 and output slot k (0-indexed) is trained to predict x_{p+k+1}; the drafter's context is the target
-features at positions 0 .. p-1 (DEEPSPEC_REFERENCE.md §1.4, §2.3).
+features at positions 0 .. p-1 (docs/training.md).
 
-Algorithm (reference §2.3):
+Algorithm (DeepSpec's):
   1. candidates: p in [0, seq-2] with loss_mask[p] and loss_mask[p+1] (the anchor is a response token and so is
      its first label);
   2. draw up to n_anchors candidates uniformly without replacement (random keys, invalid positions get a key

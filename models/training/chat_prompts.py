@@ -1,6 +1,6 @@
 """Training prompts for chat targets, generated offline and deterministically (no downloads, no eval sets).
 
-DeepSpec trains on the target's own answers to a large chat corpus (DEEPSPEC_REFERENCE.md §2.1). Offline, the
+DeepSpec trains on the target's own answers to a large chat corpus (docs/training.md). Offline, the
 stand-in is a generator of user turns in three families, in equal shares:
 
 - math: word problems and exercises from templates with random names, objects and numbers; most end with the

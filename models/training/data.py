@@ -1,7 +1,7 @@
 """Training data for drafters: the target's own continuations of real prompts, or plain corpus text.
 
-DeepSpec regenerates every assistant answer with the target (T=0.7, top_p=0.8, top_k=20, DEEPSPEC_REFERENCE.md
-§2.1), so the drafter learns the distribution it will be verified against, not the corpus's. For a base code LM
+DeepSpec regenerates every assistant answer with the target (T=0.7, top_p=0.8, top_k=20; docs/training.md), so
+the drafter learns the distribution it will be verified against, not the corpus's. For a base code LM
 such as the embedded target there are no chat turns, so the analogue is:
 
   source="generations" (default): prompt = a window of `prompt_len` tokens at a random offset of a training

@@ -1,4 +1,4 @@
-"""Training losses of the three drafters (DEEPSPEC_REFERENCE.md §2.4, §4; paper §3.3, Eq. 8-12).
+"""Training losses of the three drafters (docs/training.md; paper §3.3, Eq. 8-12).
 
 Block drafters (DSpark, DFlash). Slot k (0-indexed) of the block anchored at p predicts x*_{p+k+1}, the data token;
 its weight is
@@ -25,7 +25,7 @@ it). The L1 stays the full one, since q is 0 outside V':
 so c* is still the acceptance rate verification will see. A slot whose label lies outside V' has no CE term (q
 cannot propose it) but keeps its TV and confidence terms.
 
-Eagle3 (reference §4). Step k (0-indexed) of the test-time-training unroll at position t predicts token t+k+2; its
+Eagle3 (DeepSpec's). Step k (0-indexed) of the test-time-training unroll at position t predicts token t+k+2; its
 soft target is the target's distribution at position t+k+1:
 
     L_k = Σ_t valid_k(t) · (-Σ_v p_t(v | ≤ t+k+1) · log p_d,k(v | t))

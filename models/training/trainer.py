@@ -1,4 +1,4 @@
-"""The drafter training loop (DEEPSPEC_REFERENCE.md §2.5), single process or data-parallel under torchrun.
+"""The drafter training loop (DeepSpec's, docs/training.md), single process or data-parallel under torchrun.
 
 One optimizer step = `grad_accum` micro-batches of `batch_size` samples per rank. Each micro-batch gets the frozen
 target's outputs (tapped hidden states + next-token logits) from a target forward, or from the feature cache
@@ -10,7 +10,7 @@ of both forwards (`bf16_autocast`; the loss terms stay fp32).
 Data parallelism: the caller (`dspark train` under `torchrun --nproc-per-node N`) initialises torch.distributed
 and passes a DistContext; the drafter is wrapped in DistributedDataParallel, each rank reads a disjoint slice of
 each epoch's permutation, loss normalisers are all-reduced and the loss is multiplied by world_size to cancel
-DDP's gradient averaging (reference §2.4). Only rank 0 writes checkpoints, logs and the progress bar. The single
+DDP's gradient averaging (as DeepSpec does). Only rank 0 writes checkpoints, logs and the progress bar. The single
 process path (world_size 1) never touches torch.distributed.
 
 Checkpoints: `<out>/checkpoints/step_XXXXXXX/trainer_state.pt` holds the drafter's fp32 state dict, optimizer,
@@ -46,7 +46,7 @@ LOG_FILE = "train_log.json"
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimisation settings (reference §2.5 defaults)."""
+    """Optimisation settings (DeepSpec's defaults)."""
 
     steps: int = 1000
     max_minutes: float | None = None  # stop early (and checkpoint) when this wall budget is spent

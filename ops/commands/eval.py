@@ -3,7 +3,7 @@
     dspark eval --target DIR --drafter DIR --policy fixed --datasets ../shared/data/eval_prompts/gsm8k.jsonl \
         --limit 20 --json out/eval.json --plots out/plots
 
-The DeepSpec protocol (DEEPSPEC_REFERENCE.md §3, models/evaluation/): first turns through the chat template,
+The DeepSpec protocol (docs/evaluation.md, models/evaluation/): first turns through the chat template,
 temperature 1, every draft verified (`--policy fixed`; the settings' default, causal, verifies what pays),
 tau pooled over rounds including the bonus token; then the same prompts without speculation for tokens/s.
 Works for DSpark, DFlash and Eagle3 drafters (DFlash and Eagle3 have no confidences: --policy fixed or mtp1;

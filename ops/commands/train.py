@@ -1,4 +1,4 @@
-"""`dspark train`: train a DSpark, DFlash or Eagle3 drafter for a target (DEEPSPEC_REFERENCE.md §2 recipe).
+"""`dspark train`: train a DSpark, DFlash or Eagle3 drafter for a target (the recipe: docs/training.md).
 
 Single process (CPU or one GPU):
     dspark train --target embedded/target --drafter dspark --out runs/dspark --steps 2000

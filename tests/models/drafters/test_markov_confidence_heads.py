@@ -1,4 +1,4 @@
-"""Markov heads (vanilla / gated / rnn) and the confidence head, against their formulas (reference §1.5, §1.6)."""
+"""Markov heads (vanilla / gated / rnn) and the confidence head, against their formulas (docs/training.md)."""
 import pytest
 import torch
 

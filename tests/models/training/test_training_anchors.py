@@ -1,4 +1,4 @@
-"""Anchor sampling invariants (reference §2.3)."""
+"""Anchor sampling invariants (docs/training.md, "Anchors")."""
 import torch
 
 from dspark.models.training.anchors import (
