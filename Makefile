@@ -86,7 +86,7 @@ bench-serve: setup
 		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 8 --max-new-tokens 32 --concurrency 1 8 \
 		--policies causal fixed mtp1 --drafting always auto --out bench/results/serve-smollm2
 
-# What tracing costs: a traced and an untraced DSpark server alternated in one run (README: Observability).
+# What tracing costs: a traced and an untraced DSpark server alternated in one run (docs/observability.md).
 bench-trace: setup
 	$(DSPARK) bench-trace --target embedded/target --drafter embedded/dspark \
 		--prompts-file $(EVAL_PROMPTS)/humaneval.jsonl --limit 8 --max-new-tokens 48 --concurrency 4 --repeats 6 \
@@ -94,14 +94,14 @@ bench-trace: setup
 
 # A load-and-fault soak of the served stack (issue 17): greedy answers checked against the target alone, sampled
 # and streamed calls, prompts beyond the context, disconnects, malformed bodies and live state changes (over HTTP
-# and the gRPC admin API) at 32 clients (4x the server's 8 running requests). SOAK_SECONDS=600 for the README's
-# run: bench/results/soak/.
+# and the gRPC admin API) at 32 clients (4x the server's 8 running requests). SOAK_SECONDS=600 for the
+# run docs/serving.md quotes: bench/results/soak/.
 soak: setup
 	bash scripts/soak.sh
 
 # The GPU paths on one CUDA GPU, <= 10 minutes: the Triton kernels and FlashInfer paths against the references,
 # their speed against PyTorch and SGLang's own kernels at batch 1-256, and a FlashInfer-backend DSpark server
-# (README "GPU check"). Not part of `make test`: CI has no GPU. GPU_PYTHON / GPU_WHEELS: scripts/gpu_check.sh.
+# (docs/kernels.md). Not part of `make test`: CI has no GPU. GPU_PYTHON / GPU_WHEELS: scripts/gpu_check.sh.
 gpu-check:
 	bash scripts/gpu_check.sh
 
@@ -219,7 +219,7 @@ smollm2-draft-vocabs: setup
 			--out embedded/smollm2-$$drafter || exit 1; \
 	done
 
-# Kubernetes (README "Deploy to Kubernetes"). The toolchain lives in $(DSPARK_CACHE)/k8s/bin: helm, kubectl and,
+# Kubernetes (docs/deploy.md). The toolchain lives in $(DSPARK_CACHE)/k8s/bin: helm, kubectl and,
 # for the tests, kube-apiserver/-controller-manager/-scheduler built from Debian's kubernetes source package.
 .PHONY: k8s-tools image deploy undeploy
 K8S_BIN := $(DSPARK_CACHE)/k8s/bin

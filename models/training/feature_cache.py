@@ -2,7 +2,7 @@
 
 The target does not change during drafter training, so its outputs on a fixed dataset are the same at every
 epoch. `OnlineFeatures` runs the target on each micro-batch (the reference's online mode); `CachedFeatures`
-runs it once per sample (`build_feature_cache`), keeps what the losses need and serves every later epoch from
+runs it once per sample (`compute_features`), keeps what the losses need and serves every later epoch from
 memory, so a step costs only the drafter's forward and backward:
 
 - hidden [n, seq, n_taps*hidden]: the tapped layer outputs (TargetOutputs.hidden);

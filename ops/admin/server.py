@@ -4,7 +4,7 @@
         [--reader-token-file F] [--admin-tls-cert C --admin-tls-key K [--admin-tls-client-ca CA]] [--host H]
         [--audit-log PATH] [--update-rate 5 --update-burst 10] [--metrics-port P] [--target DIR ...]
 
-`dspark serve --admin-port` starts it as a sidecar process of the replica (README: why a sidecar). Health:
+`dspark serve --admin-port` starts it as a sidecar process of the replica (docs/admin.md: why a sidecar). Health:
 the empty service name and `dspark.admin.v1.Admin` are NOT_SERVING until the SGLang scheduler answers with
 its DSpark state, and go back to NOT_SERVING when it stops answering. Keepalive: the server pings idle
 clients every 60 s and accepts client pings no more often than every 10 s.

@@ -18,7 +18,7 @@ Graceful drain (Kubernetes sends SIGTERM on every rollout): on SIGTERM or SIGINT
 signal. SGLang then drains: its health checks answer 503, new generation requests get 503 with Retry-After
 (the plugin, integration/drain.py), the requests in flight finish, and it exits 0, which is this command's
 status. Should it still run --drain-timeout seconds later, its process tree is killed and the status is 1.
-The pod's terminationGracePeriodSeconds must exceed --drain-timeout (README "Deploy to Kubernetes").
+The pod's terminationGracePeriodSeconds must exceed --drain-timeout (docs/deploy.md).
 
 Restart in place (the admin API's Restart, ops/admin/restart.py): on SIGHUP, SGLang drains the same way and is
 started again, with the live settings the sidecar handed over as its initial state; the sidecar keeps running.
@@ -169,7 +169,7 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str],
 
 
 def sidecar_command(args: argparse.Namespace) -> list[str]:
-    """The admin server beside SGLang (README: why a sidecar process)."""
+    """The admin server beside SGLang (docs/admin.md: why a sidecar process)."""
     host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(args.host, args.host)  # a wildcard: reach it on loopback
     return [sys.executable, "-m", "dspark.ops.cli", "admin-server", "--sglang-url", http_url(host, args.port),
             "--sglang-admin-key-file", str(secrets_dir(args) / "admin-key"), "--supervisor-pid", str(os.getpid()),
