@@ -7,7 +7,8 @@ queues a hundred thousand sub-requests holds the replica for minutes. The gate a
 SGLang's error body and a message naming the field, the bound and the value:
 
     413  the body is larger than max_body_bytes (said by Content-Length, or counted as it arrives), before
-         any of it is parsed
+         any of it is parsed; the rest of a refused body is read and dropped before the answer (at most
+         DISCARD_MAX_BYTES or DISCARD_MAX_S), since a client still sending would lose the answer to a reset
     400  the body is not a JSON object, holds NaN or Infinity, or a value is out of its bound: logprobs,
          n / best_of, max tokens, token ids, a prompt of ids longer than the context, more sub-requests
          than max_queued_requests allows at all
@@ -30,8 +31,10 @@ drain (drain.py), which stays outermost: a draining server refuses before it rea
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 import math
 import multiprocessing
 from dataclasses import dataclass
@@ -57,6 +60,7 @@ READ_FROM_TEXT = ("top_k", "min_tokens", "logprob_start_len") + SEED_FIELDS + LO
 INT32 = (-(1 << 31), (1 << 31) - 1)
 INT64 = (-(1 << 63), (1 << 63) - 1)
 SHOWN_CHARS = 80
+DISCARD_MAX_BYTES, DISCARD_MAX_S = 64 << 20, 5.0  # what a refused body's unread rest may cost before the answer
 NUMBER, INTEGER, STOP = "a number", "an integer", "a string or a list of strings"
 OLLAMA_OPTIONS = {  # what SGLang maps to sampling parameters (others it ignores): kind, allowed, the range as said
     "temperature": (NUMBER, lambda x: 0 <= x <= INT32[1], f"0..{INT32[1]}"),
@@ -278,6 +282,7 @@ class RequestGate:
             return await self.refuse_route(scope, send)
         if kind is not RouteKind.GATED or scope["type"] != "http":
             return await self.app(scope, receive, send)
+        body = None
         try:
             check_content_type(scope)
             body = await self.read_body(scope, receive)
@@ -287,6 +292,8 @@ class RequestGate:
                                                           f"flight; {count} more would pass max_queued_requests="
                                                           f"{self.limits.max_queued_requests}: retry later")
         except Refused as refused:
+            if body is None:  # refused before the whole body arrived: read the rest first (module docstring)
+                await discard_rest(receive)
             return await respond(send, refused.status, error_body(refused.status, refused.field, refused.message),
                                  retry_after=refused.status == 429)
         self.in_flight += count
@@ -321,6 +328,19 @@ class RequestGate:
             return
         await respond(send, 404, error_body(404, "path", f"{scope['path']} is not served here: dspark serves "
                                                          f"the generation routes it can bound"))
+
+
+async def discard_rest(receive) -> None:
+    """Read and drop what is left of a request body, up to DISCARD_MAX_BYTES or DISCARD_MAX_S."""
+    deadline, dropped = time.monotonic() + DISCARD_MAX_S, 0
+    while dropped <= DISCARD_MAX_BYTES:
+        try:
+            message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            return
+        dropped += len(message.get("body", b""))
+        if message["type"] == "http.disconnect" or not message.get("more_body", False):
+            return
 
 
 def check_content_type(scope) -> None:
