@@ -4,7 +4,7 @@ export DSPARK_CACHE
 PY := $(DSPARK_CACHE)/venv/bin/python
 DSPARK := $(DSPARK_CACHE)/venv/bin/dspark
 
-.PHONY: setup test demo serve proto bench bench-sched bench-sched-smollm2 bench-serve bench-trace soak gpu-check embedded-target drafters embedded-models
+.PHONY: setup test demo serve proto chart-schema bench bench-sched bench-sched-smollm2 bench-serve bench-trace soak gpu-check embedded-target drafters embedded-models
 
 setup:
 	bash scripts/setup_env.sh
@@ -23,9 +23,14 @@ demo: setup
 serve: setup
 	$(DSPARK) serve --target embedded/target --drafter embedded/dspark --port 30000
 
-# Regenerate the gRPC code of the admin API (ops/admin/v1/admin_pb2*.py, committed) from admin.proto.
+# Regenerate the admin API: the proto's Settings message from the settings schema (models/decoding/settings.py),
+# then the gRPC code (ops/admin/v1/admin_pb2*.py, committed) from admin.proto.
 proto: setup
 	$(PY) scripts/gen_proto.py
+
+# Regenerate the chart's generated values and schema (settings, requestLimits) from their one definitions.
+chart-schema: setup
+	$(PY) scripts/gen_chart_schema.py
 
 # tau per dataset (math / code / chat) for DSpark, DFlash and Eagle3, and greedy tokens/s against no speculation
 # at batch 1 and 8, for both targets: bench/results/{embedded,smollm2}/ (bench.json, bench.md, plots).

@@ -17,6 +17,14 @@ def setup_k8s_tools(*flags: str) -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+def serve_settings(args: list[str]) -> dict:
+    """The initial runtime state a rendered `dspark serve` argument list asks for, as dspark's own parser reads it."""
+    from dspark.ops.cli import build_parser
+    from dspark.ops.commands.settings_args import settings_from_args
+
+    return settings_from_args(build_parser(["serve"]).parse_args(["serve", *args])).to_dict()
+
+
 def find(docs: list[dict], kind: str, suffix: str = "") -> dict:
     """The one rendered resource of `kind` whose name ends with `suffix`."""
     (doc,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix)]

@@ -26,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from dspark.integration.server import free_port, stop_process_group
 from dspark.models.decoding.settings import names
 
-from tests.helm.chart_tools import CHART, find
+from tests.helm.chart_tools import CHART, find, serve_settings
 from tests.paths import REPO
 
 pytestmark = pytest.mark.slow
@@ -97,7 +97,7 @@ def server(render, tmp_path_factory):
     docs = render("--values", str(CHART / "examples" / "small-cpu.yaml"), "--set", "listenAddress=127.0.0.1",
                   *[f for key, port in ports.items() for f in ("--set", f"{key}={port}")])
     started = RenderedServer(docs, tmp_path_factory.mktemp("rendered-pod"))
-    started.settings = json.loads(find(docs, "ConfigMap", "-runtime-state")["data"]["settings.json"])
+    started.settings = serve_settings(started.container["args"])
     try:
         yield started
     finally:
@@ -128,7 +128,7 @@ def test_the_rendered_command_line_serves_until_ready_then_answers_a_request(ser
     assert completion["choices"][0]["text"] and completion["usage"]["completion_tokens"] > 0
 
 
-def test_the_server_starts_with_the_configmaps_runtime_state_and_profiles_into_its_cache_volume(server):
+def test_the_server_starts_with_the_rendered_runtime_state_and_profiles_into_its_cache_volume(server):
     server.wait_for(lambda: server.get("/server_info")[0] == 200)
     state = json.loads(server.get("/server_info")[1])["internal_states"][0]["dspark"]
     expected = {name: server.settings[name] for name in names() if name != "sps_table"}

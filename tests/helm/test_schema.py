@@ -11,7 +11,7 @@ import yaml
 
 from dspark.models.decoding.settings import VerifySettings
 
-from tests.helm.chart_tools import CHART
+from tests.helm.chart_tools import CHART, serve_settings
 from tests.paths import REPO
 
 # scripts/ is not a package: load the generator from its file
@@ -105,6 +105,7 @@ def test_the_template_refuses_a_readiness_timeout_within_sglangs_health_timeout(
 ])
 def test_settings_the_schema_accepts_are_settings_dspark_accepts(helm, settings):
     rendered = helm("template", "dspark", str(CHART), "--set-json", f"settings={json.dumps(settings)}",
-                    "--show-only", "templates/configmap-runtime-state.yaml").stdout
-    state = json.loads(yaml.safe_load(rendered)["data"]["settings.json"])
-    assert VerifySettings.from_dict(state).to_dict() == {**VerifySettings().to_dict(), **settings}
+                    "--show-only", "templates/deployment.yaml").stdout
+    pod = yaml.safe_load(rendered)["spec"]["template"]["spec"]
+    args = next(c for c in pod["containers"] if c["name"] == "dspark")["args"]
+    assert serve_settings(args) == {**VerifySettings().to_dict(), **settings}
