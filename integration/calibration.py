@@ -5,7 +5,7 @@ Each verified round adds one row per request: the head's raw confidence logits c
 verified l_r and the drafts accepted n_r (SGLang's `correct_len`). Position k of that row is labelled when it was
 verified (k <= l_r): survival label y_k = [n_r >= k], the event a_k = prod_{i<=k} sigma(c_i / t_i) predicts.
 Verification is lossless, so these labels are exactly the target's verdicts; positions the allocator cut stay
-unlabelled (models/evaluation/calibration.py's CalibrationData, the same structure `dspark calibrate` fits on).
+unlabelled (models/calibration.py's CalibrationData, the same structure `dspark calibrate` fits on).
 Cut rounds alone would label only the prefixes the head was confident about; the planner's probe rounds
 (`probe_round_ratio`, verified in full) label every position whatever the head said, and are counted apart.
 
@@ -25,7 +25,7 @@ import torch
 
 from dspark.models.decoding.sts import fit_sts
 from dspark.models.errors import ConfigError
-from dspark.models.evaluation.calibration import CalibrationData, per_position
+from dspark.models.calibration import CalibrationData, per_position
 
 WINDOW = 4096  # rows (request-rounds)
 

@@ -39,6 +39,7 @@ CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}  # SGLang's native (non-CUDA) RoPE, nor
 SERVER_PORTS = (20000, 32000)  # [start, stop): below Linux's default ephemeral range 32768-60999
 READY_TIMEOUT_S = 300.0
 LOG_TAIL_CHARS = 4000
+TRACE_LEVEL = "1"  # SGLANG_TRACE_LEVEL unless set: request spans, not per-slice ones (bench/results/trace-overhead)
 
 
 def free_port() -> int:

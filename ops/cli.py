@@ -1,8 +1,11 @@
 """The `dspark` command line.
 
-Each subcommand lives in its own module under `dspark.ops.commands` and exposes
-`register(subparsers)`, which adds its parser and sets `func(args) -> int` as the handler.
-Bad input is reported as one clear line on stderr and exit status 2, never a traceback.
+Each subcommand lives in its own module, under `dspark.ops.commands` (what users run) or `dspark.ops.harness`
+(benchmarks, the soak and the GPU check), and exposes `register(subparsers)`, which adds its parser and sets
+`func(args) -> int` as the handler. `dspark NAME ...` imports NAME's module alone, so that a light command (the
+admin sidecar, say) does not load what the training or plotting commands need; `dspark --help` and a name that
+is not a command load them all. Bad input is reported as one clear line on stderr and exit status 2, never a
+traceback.
 """
 from __future__ import annotations
 
@@ -12,25 +15,30 @@ import sys
 
 from dspark.models.errors import DsparkError
 
-# Subcommand modules, in the order `dspark --help` lists them.
-COMMANDS = ("embedded_target", "train", "self_chat", "check", "provide_target", "generate", "eval", "calibrate",
-            "profile_sps", "demo", "bench", "bench_sched", "serve", "admin_server", "admin", "bench_serve",
-            "bench_trace", "soak", "gpu_check")
+# `dspark NAME` -> the module that registers it, in the order `dspark --help` lists them.
+COMMANDS = {name: f"dspark.ops.{folder}.{name.replace('-', '_')}" for folder, names in (
+    ("commands", ("embedded-target", "train", "self-chat", "check", "provide-target", "generate", "eval",
+                  "calibrate", "profile-sps", "demo", "serve", "admin-server", "admin")),
+    ("harness", ("bench", "bench-sched", "bench-serve", "bench-trace", "soak", "gpu-check"))) for name in names}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `argv`: with only the command argv names registered, or every command (argv None, a help
+    request before any command, or an unknown command, which argparse then reports with the list)."""
     parser = argparse.ArgumentParser(
         prog="dspark",
         description="DSpark speculative decoding: build the embedded target, train drafters, check checkpoints.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"dspark.ops.commands.{name}").register(subparsers)
+    chosen = next((arg for arg in argv or () if not arg.startswith("-")), None)
+    for name in [chosen] if chosen in COMMANDS else COMMANDS:
+        importlib.import_module(COMMANDS[name]).register(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except DsparkError as err:

@@ -36,9 +36,7 @@ from dspark.models.decoding.cpu_linears import with_fastest_linears
 from dspark.models.drafters.base import Drafter
 from dspark.models.drafters.draft_vocab import load_draft_vocab
 from dspark.models.errors import ConfigError
-from dspark.models.evaluation.datasets import stop_token_ids
-from dspark.models.training.run import load_target_config
-from dspark.models.training.trainer import computes_bf16_natively
+from dspark.models.target_io import computes_bf16_natively, load_target_config, stop_token_ids
 
 
 @dataclass(frozen=True)

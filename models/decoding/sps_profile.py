@@ -33,7 +33,6 @@ import torch
 from tqdm import tqdm
 
 from dspark.kernels.sps import SpsTable
-from dspark.models.decoding.target import TargetRunner
 from dspark.models.errors import SHOWN_CHARS, ConfigError, clipped
 
 MAX_TABLE_BYTES = 1 << 20  # a real table is a few hundred bytes
@@ -60,6 +59,10 @@ class Probe:
 
     @torch.no_grad()
     def __init__(self, model: torch.nn.Module, counts: torch.Tensor, context_len: int, generator: torch.Generator):
+        # imported here: the runner loads transformers, which reading a table (load_sps: the admin sidecar, the
+        # live state) does not need
+        from dspark.models.decoding.target import TargetRunner
+
         self.runner = TargetRunner(model, len(counts))
         vocab, device = model.config.vocab_size, self.runner.device
         context = torch.randint(vocab, (len(counts), context_len), generator=generator).to(device)

@@ -18,7 +18,7 @@ from typing import List
 import torch
 
 from dspark.models.errors import ConfigError
-from dspark.models.evaluation.calibration import CalibrationData, ece_rows, per_position
+from dspark.models.calibration import CalibrationData, ece_rows, per_position
 
 # t in [0.25, 5.00] in steps of 0.01 (the paper leaves the grid unspecified).
 DEFAULT_GRID = torch.arange(25, 501, dtype=torch.float64) / 100

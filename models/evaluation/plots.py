@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from dspark.models.evaluation.calibration import ECE_BINS, CalibrationData, bin_index  # noqa: E402
+from dspark.models.calibration import ECE_BINS, CalibrationData, bin_index  # noqa: E402
 
 
 def plot_acceptance(series: Dict[str, dict], path: Path, title: str) -> Path:

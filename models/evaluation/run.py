@@ -18,7 +18,7 @@ from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.drafters.base import Drafter
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.acceptance import acceptance_summary, calibration_rounds
-from dspark.models.evaluation.calibration import CalibrationData, mean_metric, per_position
+from dspark.models.calibration import CalibrationData, mean_metric, per_position
 
 DEEPSPEC_SEED = 980406
 # The prefill's token, a speculative round of up to gamma + 1 and a plain round fit in it for gamma <= 14, so no

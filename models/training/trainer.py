@@ -119,16 +119,6 @@ def lr_factor(step: int, total_steps: int, warmup_frac: float) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(step - warmup, decay_steps) / decay_steps))
 
 
-def computes_bf16_natively(device: torch.device) -> bool:
-    """Whether bf16 matmuls on `device` run on bf16 hardware: any GPU; a CPU with avx512_bf16 / AMX. Elsewhere
-    the CPU emulates them, far slower than float32 (reply generation on a 2-core AVX2 CPU under --bf16: 248 s a
-    batch of 64, against 19 s on a CPU with avx512_bf16)."""
-    if torch.device(device).type != "cpu":
-        return True
-    # (a private torch probe, hence getattr: a torch without it counts as no native bf16, never an error)
-    return getattr(torch.cpu, "_is_avx512_bf16_supported", bool)()
-
-
 def bf16_autocast(enabled: bool, device: torch.device):
     """bf16 autocast on `device` when enabled (matmuls on AMX / tensor cores), else a no-op context."""
     if not enabled:

@@ -29,7 +29,7 @@ from dspark.ops.admin import discovery
 from dspark.ops.admin.client import AdminClient, Credentials
 from dspark.ops.admin.convert import message_to_settings
 from dspark.ops.admin.fleet import describe, fleet_update, in_parallel, rolling_restart
-from dspark.ops.commands.arg_types import finite_float
+from dspark.ops.arg_types import finite_float
 from dspark.ops.commands.settings_args import add_settings_patch_args, settings_patch
 
 ACTIONS = ("get", "set", "watch", "rollback", "history", "profile-sps", "calibrate", "restart")

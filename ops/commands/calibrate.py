@@ -15,11 +15,11 @@ from pathlib import Path
 
 from dspark.models.decoding.sts import calibrate
 from dspark.models.errors import ConfigError
-from dspark.models.evaluation.datasets import encode_chat, load_prompts
+from dspark.models.prompts import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_reliability
 from dspark.models.evaluation.run import EvalSettings, calibration_data, decode_all
 from dspark.models.decoding.engine import SpeculativeDecoder
-from dspark.ops.commands.arg_types import finite_float
+from dspark.ops.arg_types import finite_float
 from dspark.ops.commands.decoding_args import add_model_args, add_sampling_args, load_models, sampling_params
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoModelForCausalLM
 
 from dspark.models.checkpoint import architecture, load_drafter, stores_frozen_weights
 from dspark.models.drafters.draft_vocab import DRAFT_VOCAB_FILE, load_draft_vocab
-from dspark.models.errors import CheckpointError
+from dspark.models.target_io import load_target_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,17 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def load_target_config(target: Path):
-    if not (target / "config.json").is_file():
-        raise CheckpointError(f"{target / 'config.json'} is missing; --target must be a transformers model directory")
-    try:
-        return AutoConfig.from_pretrained(target)
-    except (ValueError, OSError) as err:
-        raise CheckpointError(f"{target / 'config.json'} cannot be read as a transformers config: {err}") from err
-
-
 def run(args: argparse.Namespace) -> int:
-    target_config = load_target_config(args.target)
+    target_config, _ = load_target_config(args.target)
     slim = (args.drafter / "model.safetensors").is_file() and not stores_frozen_weights(args.drafter)
     target_model = AutoModelForCausalLM.from_pretrained(args.target) if slim else None
     drafter = load_drafter(args.drafter, target_config, target_model=target_model)

@@ -14,7 +14,7 @@ from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sp
 from dspark.models.decoding.sts import load_sts
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
-from dspark.ops.commands.arg_types import finite_float
+from dspark.ops.arg_types import finite_float
 from dspark.ops.commands.settings_args import add_settings_args, settings_from_args
 from dspark.ops.commands.threads import add_threads_arg, use_threads
 

@@ -27,7 +27,7 @@ from dspark.models.decoding.cpu_linears import linear_plans
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
 from dspark.models.errors import ConfigError
 from dspark.models.evaluation.acceptance import acceptance_summary
-from dspark.models.evaluation.datasets import encode_chat, load_prompts
+from dspark.models.prompts import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, plot_speedup_bound
 from dspark.models.evaluation.run import warm_up
 from dspark.models.evaluation.speedup_bound import MIN_REACHED, ChainCosts, speedup_curve, speedup_report

@@ -15,7 +15,7 @@ import torch
 
 from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root, load_corpus
 from dspark.models.embedded_target.train import TargetArchitecture, TrainSettings, train_target
-from dspark.ops.commands.arg_types import finite_float
+from dspark.ops.arg_types import finite_float
 
 # option name -> (TargetArchitecture field, help)
 ARCH_OPTIONS = {

@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dspark.models.evaluation.datasets import encode_chat, load_prompts
+from dspark.models.prompts import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_acceptance, plot_reliability
 from dspark.models.evaluation.run import DEEPSPEC_SEED, EvalSettings, calibration_data, evaluate
 from dspark.models.evaluation.teacher_forced import teacher_forced_acceptance

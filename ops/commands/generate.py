@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
-from dspark.models.evaluation.datasets import encode_chat, load_prompts
+from dspark.models.prompts import encode_chat, load_prompts
 from dspark.ops.commands.decoding_args import (add_model_args, add_sampling_args, add_verify_args, load_models,
                                                sampling_params, verify_policy)
 from dspark.models.errors import ConfigError

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from dspark.models.training.run import load_target, load_target_config
+from dspark.models.target_io import load_frozen_target, load_target_config
 from dspark.models.training.self_chat import sample_user_turns, user_turn_opening
 from dspark.models.training.trainer import bf16_autocast
 from dspark.ops.commands.threads import add_threads_arg, use_threads
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     _, tokenizer = load_target_config(args.target)
     user_turn_opening(tokenizer)  # a target without chat turns is refused before its weights load
     device = torch.device("cpu")
-    target = load_target(args.target, device)
+    target = load_frozen_target(args.target, device)
     with bf16_autocast(args.bf16, device):
         turns = sample_user_turns(target, tokenizer, args.count, max_tokens=args.max_tokens, seed=args.seed,
                                   batch_size=args.batch_size)

@@ -51,26 +51,22 @@ from dspark.integration.addresses import http_url
 from dspark.integration.metrics import RESTARTS_ENV
 from dspark.integration.request_limits import RequestLimits
 from dspark.integration.runtime_state import compile_state
-from dspark.integration.server import (CPU_ENV, CPU_MAX_TOTAL_TOKENS, cpu_server_args, dspark_args, dspark_env, launch_command,
-                                       server_environment)
+from dspark.integration.server import (CPU_ENV, CPU_MAX_TOTAL_TOKENS, TRACE_LEVEL, cpu_server_args, dspark_args,
+                                       dspark_env, launch_command, server_environment)
 from dspark.models.cache import cache_root
 from dspark.models.checkpoint import read_drafter_config
 from dspark.models.decoding.settings import VerifySettings
 from dspark.models.errors import ConfigError
-from dspark.models.training.run import load_target_config
+from dspark.models.target_io import load_target_config
 from dspark.ops.admin.restart import RESTART_SIGNAL, CrashBudget, RestartChannel
-from dspark.ops.commands.admin_server import (add_admin_args, add_otlp_args, admin_arg_list, check_admin_args,
-                                              stop_sidecar)
-from dspark.ops.commands.arg_types import finite_float
+from dspark.ops.admin.sidecar import add_admin_args, add_otlp_args, admin_arg_list, check_admin_args, stop_sidecar
+from dspark.ops.arg_types import finite_float
 from dspark.ops.commands.settings_args import add_settings_args, settings_from_args, values_from_args
 
 DRAIN_TIMEOUT_S = 90.0
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 600.0  # restarts counted towards --max-restarts: those of the last ten minutes
 BACKOFF_S = (1.0, 30.0)  # the first restart's delay, doubling with each restart in the window, up to the second
-
-
-TRACE_LEVEL = "1"  # SGLANG_TRACE_LEVEL unless set: request spans, not per-slice ones (bench/results/trace-overhead)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

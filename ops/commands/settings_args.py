@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from dspark.models.decoding.settings import VerifySettings
-from dspark.ops.commands.arg_types import finite_float
+from dspark.ops.arg_types import finite_float
 
 TITLE = "verification plan (models/decoding/settings.py; live-tunable when served)"
 

@@ -28,9 +28,10 @@ import torch
 from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root
 from dspark.models.errors import ConfigError
 from dspark.models.training.data import SOURCES, DataConfig
+from dspark.models.target_io import computes_bf16_natively
 from dspark.models.training.run import DrafterSpec, TrainJob, train_job
-from dspark.models.training.trainer import DistContext, TrainConfig, computes_bf16_natively
-from dspark.ops.commands.arg_types import finite_float
+from dspark.models.training.trainer import DistContext, TrainConfig
+from dspark.ops.arg_types import finite_float
 
 DEFAULT_DATA_CACHE = Path.home() / ".cache" / "dspark" / "train-data"
 

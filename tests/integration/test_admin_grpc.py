@@ -34,7 +34,8 @@ from dspark.ops.admin.fleet import fleet_update
 from dspark.ops.admin.server import STOP_GRACE_S
 from dspark.ops.admin.v1 import admin_pb2 as pb
 from dspark.ops.cli import main
-from dspark.ops.commands.admin_server import EXIT_DEADLINE_S, stop_sidecar
+from dspark.ops.admin.sidecar import stop_sidecar
+from dspark.ops.commands.admin_server import EXIT_DEADLINE_S
 from dspark.ops.otlp_sink import OtlpReceiver, attributes
 
 from tests.integration.dspark_serve import GAMMA, DsparkServe

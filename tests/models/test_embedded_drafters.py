@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from dspark.models.checkpoint import load_drafter
 from dspark.models.target_features import capture_target_features
-from dspark.models.training.run import target_fingerprint
+from dspark.models.target_io import target_fingerprint
 
 from tests.paths import EMBEDDED, EMBEDDED_TARGET
 

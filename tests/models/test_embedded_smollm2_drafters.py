@@ -19,7 +19,7 @@ from dspark.models.cache import cache_root
 from dspark.models.checkpoint import FROZEN_WEIGHTS, load_drafter, stores_frozen_weights
 from dspark.models.targets.smollm2 import is_provided, target_dir
 from dspark.models.target_features import capture_target_features
-from dspark.models.training.run import target_fingerprint
+from dspark.models.target_io import target_fingerprint
 
 from tests.paths import EMBEDDED
 

@@ -6,7 +6,7 @@ import torch
 
 from dspark.models.decoding.sts import StsCalibration, calibrate, fit_sts, load_sts
 from dspark.models.errors import ConfigError
-from dspark.models.evaluation.calibration import (CalibrationData, auroc, ece_rows, expected_calibration_error,
+from dspark.models.calibration import (CalibrationData, auroc, ece_rows, expected_calibration_error,
                                                    per_position)
 
 

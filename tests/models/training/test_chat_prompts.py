@@ -7,7 +7,7 @@ import pytest
 
 from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root, load_corpus
 from dspark.models.errors import ConfigError
-from dspark.models.evaluation.datasets import read_turns
+from dspark.models.prompts import read_turns
 from dspark.models.training.chat_prompts import (
     BOXED,
     generate_chat_prompts,
@@ -15,7 +15,7 @@ from dspark.models.training.chat_prompts import (
     shingles,
     write_prompts,
 )
-from dspark.models.training.run import BUILTIN_CHAT_PROMPTS
+from dspark.models.training.documents import BUILTIN_CHAT_PROMPTS
 
 EVAL_PROMPTS = Path(__file__).resolve().parents[4] / "shared" / "data" / "eval_prompts"
 

@@ -9,9 +9,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from dspark.models.cache import cache_root
 from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root, load_corpus
 from dspark.models.errors import ConfigError
-from dspark.models.evaluation.datasets import read_turns
+from dspark.models.prompts import read_turns
 from dspark.models.targets.smollm2 import is_provided, target_dir
-from dspark.models.training.run import chat_prompt_texts
+from dspark.models.training.documents import chat_prompt_texts
 from dspark.models.training.self_chat import closed_turn, sample_user_turns, user_turn_opening
 from dspark.ops.cli import main
 from tests.paths import EMBEDDED_TARGET

@@ -24,7 +24,8 @@ from dspark.ops.admin.server import STOP_GRACE_S
 from dspark.ops.admin.service import AdminService
 from dspark.ops.admin.streams import Streams, StreamsFull
 from dspark.ops.cli import main
-from dspark.ops.commands.admin_server import EXIT_DEADLINE_S, stop_sidecar
+from dspark.ops.admin.sidecar import stop_sidecar
+from dspark.ops.commands.admin_server import EXIT_DEADLINE_S
 
 NOWHERE = SGLangBackend(f"http://127.0.0.1:{free_port()}", timeout_s=2)  # no replica: calls past auth fail
 

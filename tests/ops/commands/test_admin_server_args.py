@@ -4,7 +4,7 @@ import argparse
 import pytest
 
 from dspark.ops.cli import build_parser
-from dspark.ops.commands.admin_server import add_admin_args, add_otlp_args, admin_arg_list
+from dspark.ops.admin.sidecar import add_admin_args, add_otlp_args, admin_arg_list
 
 
 def test_token_files_are_passed_absolute_but_through_their_symlinks(tmp_path, monkeypatch):

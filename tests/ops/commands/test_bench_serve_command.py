@@ -1,6 +1,6 @@
 """`dspark bench-serve`'s accepted-length histogram, read from the plugin's Prometheus buckets (no server here:
 tests/integration/test_metrics.py checks those buckets against SGLang's own counts)."""
-from dspark.ops.commands.bench_serve import accepted_counts, skipped_rounds
+from dspark.ops.harness.bench_serve import accepted_counts, skipped_rounds
 
 EXPOSITION = """# HELP dspark_accepted_length drafts accepted per request per round
 # TYPE dspark_accepted_length histogram

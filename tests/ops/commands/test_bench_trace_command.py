@@ -1,7 +1,7 @@
 """`dspark bench-trace`'s summary: means per server, traced/untraced ratios, output identity."""
 import argparse
 
-from dspark.ops.commands.bench_trace import markdown, summarize
+from dspark.ops.harness.bench_trace import markdown, summarize
 
 
 def test_summary_averages_each_server_and_compares_them():

@@ -5,7 +5,7 @@ import sys
 import pytest
 import torch
 
-from dspark.ops.commands.gpu_check import summary
+from dspark.ops.harness.gpu_check import summary
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")

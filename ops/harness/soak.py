@@ -43,7 +43,7 @@ import psutil
 
 from dspark.models.errors import ConfigError
 from dspark.ops.admin.client import AdminClient, Credentials
-from dspark.ops.commands.arg_types import finite_float
+from dspark.ops.arg_types import finite_float
 
 WEIGHTS = {"greedy": 10, "sampled": 3, "long": 1, "too-long": 1, "disconnect": 2, "malformed": 2}
 GREEDY_PROMPTS = ("def fibonacci(n):", "import os\nimport sys\n\n\ndef main(", "class Node:\n    ",

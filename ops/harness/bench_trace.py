@@ -20,13 +20,12 @@ from pathlib import Path
 
 import torch
 
-from dspark.integration.server import SGLangServer, cpu_server_args, dspark_args, dspark_env
+from dspark.integration.server import TRACE_LEVEL, SGLangServer, cpu_server_args, dspark_args, dspark_env
 from dspark.models.decoding.settings import default_of
 from dspark.models.errors import ConfigError
-from dspark.models.evaluation.datasets import encode_chat, load_prompts
-from dspark.models.training.run import load_target_config
-from dspark.ops.commands.bench_serve import add_workload_args, answer_all
-from dspark.ops.commands.serve import TRACE_LEVEL
+from dspark.models.prompts import encode_chat, load_prompts
+from dspark.models.target_io import load_target_config
+from dspark.ops.harness.served_workload import add_workload_args, answer_all
 from dspark.ops.otlp_sink import OtlpReceiver
 
 MODES = ("traced", "traced, no round spans", "untraced")

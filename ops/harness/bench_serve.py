@@ -25,7 +25,6 @@ import re
 import sys
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -34,10 +33,11 @@ from dspark.integration.server import SGLangServer, cpu_server_args, dspark_args
 from dspark.models.checkpoint import read_drafter_config
 from dspark.models.decoding.settings import POLICIES, default_of, spec_of
 from dspark.models.errors import ConfigError
-from dspark.models.evaluation.datasets import encode_chat, load_prompts
+from dspark.models.prompts import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_load
 from dspark.models.evaluation.scheduling import NO_SPEC
-from dspark.models.training.run import load_target_config
+from dspark.models.target_io import load_target_config
+from dspark.ops.harness.served_workload import add_workload_args, answer_all
 
 SKIPPED = re.compile(r"^dspark_draft_skipped_rounds_total (\S+)$", re.MULTILINE)
 # A cumulative bucket of the plugin's per-request-round accepted-drafts histogram (one bucket per length).
@@ -59,35 +59,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sps-table", type=Path, default=None, help="default: profiled at engine start")
     parser.add_argument("--out", type=Path, default=Path("bench/results/serve"))
     parser.set_defaults(func=run)
-
-
-def add_workload_args(parser: argparse.ArgumentParser, limit: int, max_new_tokens: int) -> None:
-    """The models and prompts of a served benchmark (bench-serve, bench-trace)."""
-    parser.add_argument("--target", type=Path, required=True)
-    parser.add_argument("--drafter", type=Path, required=True)
-    parser.add_argument("--prompts-file", type=Path, required=True, help='JSONL of {"turns": [...]} rows')
-    parser.add_argument("--limit", type=int, default=limit, help="prompts used")
-    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
-
-
-def answer_all(server: SGLangServer, prompts: list[list[int]], max_new_tokens: int, concurrency: int) -> dict:
-    """Every prompt answered greedily, `concurrency` requests in flight; outputs and timings."""
-    def one(ids):
-        begin = time.perf_counter()
-        response = server.post("/generate", {"input_ids": ids, "sampling_params": {
-            "max_new_tokens": max_new_tokens, "temperature": 0}}, timeout_s=600)
-        return response, time.perf_counter() - begin
-
-    begin = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        results = list(pool.map(one, prompts))
-    wall = time.perf_counter() - begin
-    tokens = sum(r["meta_info"]["completion_tokens"] for r, _ in results)
-    forwards = sum(r["meta_info"].get("spec_verify_ct") or r["meta_info"]["completion_tokens"] for r, _ in results)
-    return {"concurrency": concurrency, "outputs": [r["output_ids"] for r, _ in results], "tokens": tokens,
-            "wall_s": wall, "goodput_tok_s": tokens / wall, "tau": tokens / max(forwards, 1),
-            "verify_forwards": forwards,
-            "request_tok_s": sum(r["meta_info"]["completion_tokens"] / s for r, s in results) / len(results)}
 
 
 def run(args: argparse.Namespace) -> int:

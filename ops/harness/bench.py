@@ -45,7 +45,7 @@ from dspark.models.decoding.loading import load_drafter_for, load_target  # noqa
 from dspark.models.decoding.verify_length import VerifyLengthPolicy  # noqa: E402
 from dspark.models.errors import ConfigError  # noqa: E402
 from dspark.models.evaluation.acceptance import acceptance_summary  # noqa: E402
-from dspark.models.evaluation.datasets import encode_chat, load_prompts  # noqa: E402
+from dspark.models.prompts import encode_chat, load_prompts  # noqa: E402
 from dspark.models.evaluation.paired import format_ratio, paired_ratio  # noqa: E402
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, save  # noqa: E402
 from dspark.models.evaluation.run import EvalSettings, evaluate, warm_up  # noqa: E402

@@ -59,11 +59,3 @@ def encode_chat(tokenizer, text: str) -> List[int]:
     rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                              add_generation_prompt=True, enable_thinking=False)
     return tokenizer.encode(rendered, add_special_tokens=False)
-
-
-def stop_token_ids(model, tokenizer) -> tuple:
-    """The model's generation_config eos_token_id (int or list), else the tokenizer's."""
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    return tuple(eos) if isinstance(eos, (list, tuple)) else (() if eos is None else (int(eos),))

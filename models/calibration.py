@@ -4,7 +4,7 @@ A round with verify length k gives, for each position j < k (0-based), the predi
 a_j = prod_{i<=j} sigma(c_i / t_i) (the survival: the estimated probability that d_1..d_{j+1} are all accepted)
 and the label y_j = 1 if the target accepted d_1..d_{j+1}, else 0. Positions at or past k are unobserved.
 
-Metrics (DEEPSPEC_REFERENCE §3.6): ECE over 20 equal-width bins, sum_b (n_b / N) |mean(a)_b - mean(y)_b|;
+Metrics (docs/evaluation.md): ECE over 20 equal-width bins, sum_b (n_b / N) |mean(a)_b - mean(y)_b|;
 AUROC (probability that a random positive outranks a random negative, ties 1/2); Brier, mean (a - y)^2.
 """
 from dataclasses import dataclass

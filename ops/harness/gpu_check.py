@@ -13,8 +13,8 @@
 3. serve        the embedded Qwen3 target with its DSpark drafter through SGLang + dspark's plugin on
                 `--attention-backend flashinfer`, compact ragged verify, CUDA graphs on: greedy answers must
                 equal the same server without speculation.
-Prints one summary table and writes <out>/gpu_check.json and gpu_check.md. Expected results: README
-"GPU check". Needs CUDA; on a machine without one it says so and exits 2.
+Prints one summary table and writes <out>/gpu_check.json and gpu_check.md. Expected results: docs/kernels.md,
+"The GPU check". Needs CUDA; on a machine without one it says so and exits 2.
 """
 from __future__ import annotations
 

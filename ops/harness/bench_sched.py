@@ -31,12 +31,12 @@ from dspark.models.decoding.settings import CONFIDENCE_POLICIES
 from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sps
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
-from dspark.models.evaluation.datasets import encode_chat, load_prompts
+from dspark.models.prompts import encode_chat, load_prompts
 from dspark.models.evaluation.paired import format_ratio
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_load, plot_sps
 from dspark.models.evaluation.scheduling import NO_SPEC, LoadSettings, measure_load, with_no_spec_ratio
 from dspark.models.evaluation.simulate import SIMULATION, extend_sps, fit_cost, simulate, simulate_no_spec
-from dspark.ops.commands.arg_types import finite_float
+from dspark.ops.arg_types import finite_float
 from dspark.ops.commands.decoding_args import add_drafting_arg, add_model_args, dtype_name, load_models
 
 
