@@ -35,12 +35,24 @@ def test_json_round_trip_is_sglang_readable(tmp_path):
     ({"sample_batch_tokens": [1, 2], "sample_steps_per_sec": [3], "max_batch_tokens": 8}, "2 sample_batch_tokens but 1"),
     ({"sample_batch_tokens": [1, 2], "sample_steps_per_sec": [3, 0], "max_batch_tokens": 8}, r"finite and > 0"),
     ({"sample_batch_tokens": [1, 16], "sample_steps_per_sec": [3, 2], "max_batch_tokens": 8}, "below its largest"),
-    ({"sample_batch_tokens": [1, 2]}, "not an SpsCostTable JSON"),
 ])
 def test_bad_tables_are_named(tmp_path, payload, message):
+    """The table says what is wrong with it; a file read for a live update says only that it is not a table (the
+    reason would describe a file on the server to whoever named it)."""
+    with pytest.raises(ValueError, match=message):
+        SpsTable(tuple(payload["sample_batch_tokens"]), tuple(payload["sample_steps_per_sec"]),
+                 payload["max_batch_tokens"])
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(payload))
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=r"is not an SpsCostTable JSON \(ValueError\)") as refused:
+        load_sps(path)
+    assert str(payload["sample_batch_tokens"]) not in str(refused.value)
+
+
+def test_a_file_without_the_fields_is_not_a_table(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"sample_batch_tokens": [1, 2]}))
+    with pytest.raises(ConfigError, match="not an SpsCostTable JSON"):
         load_sps(path)
 
 
