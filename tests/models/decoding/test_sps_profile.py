@@ -38,19 +38,19 @@ def test_a_slow_probe_is_bounded_by_the_bigger_ones_and_passes_nothing_on(embedd
 
 def test_passes_interleave_the_probes_and_repeat_over_the_same_cache(embedded_target):
     """Each pass runs every probe once, smallest first; every forward sees only its probe's context."""
-    from dspark.models.decoding import sps_profile
+    from dspark.models.decoding.target import TargetRunner
     seen = []
-    original = sps_profile.TargetRunner.forward
+    original = TargetRunner.forward
 
     def spy(self, tokens, new_valid, **kwargs):
         seen.append((int(new_valid.sum()), self.valid.shape[1]))
         return original(self, tokens, new_valid, **kwargs)
 
-    sps_profile.TargetRunner.forward = spy
+    TargetRunner.forward = spy
     try:
         profile_sps(embedded_target, (3, 1), context_len=10, warmup=1, repeats=2, progress=False)
     finally:
-        sps_profile.TargetRunner.forward = original
+        TargetRunner.forward = original
     assert seen == [(10, 0), (10, 0)] + [(1, 10), (3, 10)] * 3  # two prefills, then warm-up + repeats
 
 

@@ -61,4 +61,5 @@ def test_check_reports_a_malformed_checkpoint(saved, tmp_path, capsys, broken):
 
 def test_check_reports_a_missing_target(saved, tmp_path, capsys):
     assert main(["check", str(saved / "drafter"), "--target", str(tmp_path / "nowhere")]) == 2
-    assert "--target must be a transformers model directory" in capsys.readouterr().err
+    assert f"--target {tmp_path / 'nowhere'} has no config.json: pass a transformers model directory" in \
+        capsys.readouterr().err
