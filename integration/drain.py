@@ -13,10 +13,10 @@ request_gate.py installs it, outermost, in SGLang's launcher.
 """
 from __future__ import annotations
 
+from dspark.integration.http_errors import error_body, respond
 from dspark.integration.routes import RouteClassifier, RouteKind
 
-REFUSAL = b'{"object": "error", "message": "the server is draining (SIGTERM): retry on another replica", ' \
-          b'"type": "ServiceUnavailable", "code": 503}'
+REFUSAL = error_body(503, "the server is draining (SIGTERM): retry on another replica")
 
 
 def draining() -> bool:
@@ -34,9 +34,5 @@ class RefuseWhileDraining:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and draining() and self.classify(scope) is RouteKind.GATED:
-            await send({"type": "http.response.start", "status": 503,
-                        "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1"),
-                                    (b"connection", b"close")]})
-            await send({"type": "http.response.body", "body": REFUSAL})
-            return
+            return await respond(send, 503, REFUSAL, retry_after=True, close=True)
         await self.app(scope, receive, send)

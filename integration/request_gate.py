@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
 import math
 import multiprocessing
@@ -41,11 +40,10 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 from dspark.integration.drain import RefuseWhileDraining
+from dspark.integration.http_errors import error_body, respond
 from dspark.integration.request_limits import RequestLimits
 from dspark.integration.routes import RouteClassifier, RouteKind
-from dspark.models.errors import shown
-
-logger = logging.getLogger(__name__)
+from dspark.models.errors import clipped, shown
 
 CONTAINERS = ("sampling_params", "options", "parameters", "instances")
 LOGPROB_FIELDS = ("logprobs", "top_logprobs", "top_logprobs_num")
@@ -59,7 +57,6 @@ READ_FROM_TEXT = ("top_k", "min_tokens", "logprob_start_len") + SEED_FIELDS + LO
     MAX_TOKEN_FIELDS  # integer fields pydantic also reads from a string of digits
 INT32 = (-(1 << 31), (1 << 31) - 1)
 INT64 = (-(1 << 63), (1 << 63) - 1)
-SHOWN_CHARS = 80
 DISCARD_MAX_BYTES, DISCARD_MAX_S = 64 << 20, 5.0  # what a refused body's unread rest may cost before the answer
 NUMBER, INTEGER, STOP = "a number", "an integer", "a string or a list of strings"
 OLLAMA_OPTIONS = {  # what SGLang maps to sampling parameters (others it ignores): kind, allowed, the range as said
@@ -249,22 +246,7 @@ def parse(body: bytes) -> Any:
     try:
         return json.loads(body, parse_float=finite, parse_constant=no_constant)
     except (ValueError, RecursionError, UnicodeDecodeError) as err:
-        raise Refused(400, "body", f"the request body is not valid JSON: {str(err)[:SHOWN_CHARS]}") from None
-
-
-def error_body(status: int, field: str, message: str) -> bytes:
-    kind = {413: "PayloadTooLarge", 415: "UnsupportedMediaType", 429: "TooManyRequests",
-            404: "NotFound"}.get(status, "BadRequestError")
-    return json.dumps({"object": "error", "message": message, "type": kind, "param": field,
-                       "code": status}).encode()
-
-
-async def respond(send, status: int, body: bytes, retry_after: bool = False) -> None:
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if retry_after:
-        headers.append((b"retry-after", b"1"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+        raise Refused(400, "body", f"the request body is not valid JSON: {clipped(str(err), 80)}") from None
 
 
 class RequestGate:
@@ -294,7 +276,7 @@ class RequestGate:
         except Refused as refused:
             if body is None:  # refused before the whole body arrived: read the rest first (module docstring)
                 await discard_rest(receive)
-            return await respond(send, refused.status, error_body(refused.status, refused.field, refused.message),
+            return await respond(send, refused.status, error_body(refused.status, refused.message, refused.field),
                                  retry_after=refused.status == 429)
         self.in_flight += count
         try:
@@ -304,10 +286,10 @@ class RequestGate:
 
     async def read_body(self, scope, receive) -> bytes:
         limit = self.limits.max_body_bytes
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        declared = header(scope, b"content-length")
+        if declared is not None and (not (declared.isascii() and declared.isdigit()) or int(declared) > limit):
             raise Refused(413, "body", f"the request body must be at most {limit} bytes (max_body_bytes), "
-                                       f"Content-Length says {declared[:SHOWN_CHARS].decode('latin-1')}")
+                                       f"Content-Length says {shown(declared)}")
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -326,8 +308,8 @@ class RequestGate:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
-        await respond(send, 404, error_body(404, "path", f"{scope['path']} is not served here: dspark serves "
-                                                         f"the generation routes it can bound"))
+        await respond(send, 404, error_body(404, f"{shown(scope['path'])} is not served here: dspark serves the "
+                                                 f"generation routes it can bound", "path"))
 
 
 async def discard_rest(receive) -> None:
@@ -343,11 +325,17 @@ async def discard_rest(receive) -> None:
             return
 
 
+def header(scope, name: bytes) -> Optional[str]:
+    """The request's header `name` (lower case), decoded as HTTP does (latin-1); None when absent."""
+    value = dict(scope.get("headers") or []).get(name)
+    return None if value is None else value.decode("latin-1")
+
+
 def check_content_type(scope) -> None:
-    declared = dict(scope.get("headers") or []).get(b"content-type", b"").split(b";")[0].strip().lower()
-    if declared != b"application/json":
+    declared = (header(scope, b"content-type") or "").split(";")[0].strip().lower()
+    if declared != "application/json":
         raise Refused(415, "content-type", f"the request body must be application/json, Content-Type says "
-                                           f"{declared[:SHOWN_CHARS].decode('latin-1')!r}")
+                                           f"{shown(declared)}")
 
 
 def replay(body: bytes, receive):
