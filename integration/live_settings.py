@@ -1,7 +1,8 @@
 """The live settings, written where `dspark serve` finds them if SGLang dies (ops/admin/restart.py).
 
 `dspark serve` names the file in DSPARK_LIVE_SETTINGS_FILE; the first rank of the scheduler writes the state to it
-whenever the state changes (and once at start), atomically, so that SGLang started again after a crash serves
+at start and after every applied change (the runtime state store's `on_change`, so an update written just before
+a crash is kept even if no round ran since), atomically, so that SGLang started again after a crash serves
 with the settings it last had rather than those it was launched with.
 """
 from __future__ import annotations

@@ -137,7 +137,8 @@ def _init_store(result, planner, *args, **kwargs) -> None:
     global store, group
     from sglang.srt.runtime_context import get_spec
 
-    store = RuntimeStateStore.from_environment(planner.gamma, get_spec().speculative_dspark_sps_table_path)
+    store = RuntimeStateStore.from_environment(planner.gamma, get_spec().speculative_dspark_sps_table_path,
+                                               on_change=live_settings.write if metrics.reporting_rank() else None)
     group = batch_group()
     planner._dspark_history = {}  # request-pool row -> (generation, confidence [gamma]) of its last round
     planner._dspark_version = -1
@@ -168,8 +169,6 @@ def _on_state_change(planner) -> None:
     planner._dspark_version = store.version
     table = store.planner.state.sps_table
     metrics.observe_state(store.version, store.history[-1].time, table, sps_write_dir(), planner._dspark_sps_table)
-    if metrics.reporting_rank():
-        live_settings.write(store.planner.state)
     planner._dspark_sps_table = table
     clock.reset()  # samples were taken against the previous table
     global head_temperatures

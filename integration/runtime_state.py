@@ -31,7 +31,7 @@ import os
 import time
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 
@@ -129,20 +129,26 @@ def parse_update(value: Any) -> Update:
 class RuntimeStateStore:
     """The process's current planner, its version and its recent history; `update` is all-or-nothing."""
 
-    def __init__(self, initial: VerifySettings, gamma: int, clock=time.time):
-        self.gamma, self.clock = gamma, clock
+    def __init__(self, initial: VerifySettings, gamma: int, clock=time.time,
+                 on_change: Optional[Callable[[VerifySettings], None]] = None):
+        """`on_change(state)`: told the state at start and after every applied change, whoever made it (an admin
+        update, a rollback, an automatic refit)."""
+        self.gamma, self.clock, self.on_change = gamma, clock, on_change
         self.planner = compile_state(initial, gamma)
         self.started_with_table = initial.sps_table  # the one table a live update may name outside the SPS dirs
         self.version = 0
         self.history: deque[Change] = deque([Change(0, initial, "startup", clock(), "initial")], maxlen=HISTORY)
         self.last_rejection: Optional[str] = None
+        if on_change is not None:
+            on_change(initial)
 
     @classmethod
-    def from_environment(cls, gamma: int, sps_table: Optional[str]) -> "RuntimeStateStore":
+    def from_environment(cls, gamma: int, sps_table: Optional[str],
+                         on_change: Optional[Callable[[VerifySettings], None]] = None) -> "RuntimeStateStore":
         state = VerifySettings.from_dict(json.loads(os.environ.get(ENV_VAR) or "{}"))
         if state.sps_table is None and sps_table:
             state = replace(state, sps_table=sps_table)
-        return cls(state, gamma)
+        return cls(state, gamma, on_change=on_change)
 
     def check(self, value: Any) -> tuple[Planner, Update]:
         """The planner `value` would give and the parsed update, or a ConfigError (remembered as last_rejection)."""
@@ -182,6 +188,8 @@ class RuntimeStateStore:
             self.planner, self.version = planner, self.version + 1
             action = "update" if update.changes is not None else "rollback"
             self.history.append(Change(self.version, planner.state, update.caller, self.clock(), action))
+            if self.on_change is not None:
+                self.on_change(planner.state)
         return {"applied": not update.validate_only, "version": self.version, "state": planner.state.to_dict()}
 
     def report(self) -> dict:

@@ -193,3 +193,14 @@ def test_an_unexpected_error_while_checking_refuses_the_update_instead_of_killin
     admin._validate(admin.KEY, {"set": {"policy": "mtp1"}, "caller": "ops"})
     admin._apply(admin.KEY, None)  # installs what the check compiled
     assert planner.store.version == 1 and planner.store.planner.state.policy == "mtp1"
+
+
+def test_the_store_tells_on_change_the_state_at_start_and_after_each_applied_change_only():
+    told = []
+    store = RuntimeStateStore(State(policy="fixed"), GAMMA, on_change=told.append)
+    store.update({"max_verify_length": 3})
+    store.update({"set": {"max_verify_length": 2}, "validate_only": True})
+    with pytest.raises(ConfigError):
+        store.update({"threshold": 7})
+    store.update({"rollback_to": "previous"})
+    assert [(s.policy, s.max_verify_length) for s in told] == [("fixed", None), ("fixed", 3), ("fixed", None)]
