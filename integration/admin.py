@@ -30,12 +30,16 @@ refuses an update whose check raised anything at all, and its apply installs wha
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from functools import partial
+from typing import TYPE_CHECKING
 
-from dspark.integration import calibration, metrics, planner
-from dspark.integration.refit import current_table, with_refit
+from dspark.integration import metrics
+from dspark.integration.refit import with_refit
 from dspark.integration.runtime_state import VersionConflict
 from dspark.models.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dspark.integration.scheduler_state import SchedulerState
 
 logger = logging.getLogger(__name__)
 
@@ -43,56 +47,47 @@ KEY = "dspark"
 CONTROLLER = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
 
 
-# The current /set_internal_state call for the dspark key (scheduler process; one call at a time, SGLang
-# validates every key before it applies any): the update as validated and compiled (a refit resolved to what it
-# fitted and the table read, so the fit runs once and the apply opens no file), why it was refused (and whether
-# for a version conflict), or what an envelope-form update applied.
-_checked = None
-_refusal: Optional[str] = None
-_conflict = False
-_applied: Optional[dict] = None
-
-
-def _validate(key: str, value) -> None:
+def _validate(state: SchedulerState, key: str, value) -> None:
     """Refuse an update SGLang must not apply. SGLang lets any exception but UpdateRejected out of the
     scheduler's loop, which kills the scheduler, so one that checking raised unexpectedly refuses the update too
-    (logged here, not echoed: its message may quote what it read)."""
+    (logged here, not echoed: its message may quote what it read). What it checked, or why it refused, goes into
+    `state.update` for the apply and the reply."""
     from sglang.srt.managers.scheduler_components.internal_state import UpdateRejected
 
-    global _checked, _refusal, _conflict
-    if planner.store is None:
-        _refusal = (f"{key} requires a DSpark draft worker with dspark's planner "
-                    f"(--speculative-algorithm DSPARK and a ragged verify mode)")
-        raise UpdateRejected(_refusal)
+    update = state.update
+    if state.store is None:
+        update.refusal = (f"{key} requires a DSpark draft worker with dspark's planner "
+                          f"(--speculative-algorithm DSPARK and a ragged verify mode)")
+        raise UpdateRejected(update.refusal)
     try:
-        _checked = planner.store.check(with_refit(value))
+        update.checked = state.store.check(with_refit(state, value))
         return
     except ConfigError as err:
-        _refusal, _conflict = str(err), isinstance(err, VersionConflict)
+        update.refusal, update.conflict = str(err), isinstance(err, VersionConflict)
     except Exception as err:  # a bug, not the caller's doing: keep serving on the state in effect
         logger.exception("dspark: checking a runtime state update failed")
-        _refusal, _conflict = (f"dspark runtime state update rejected: it could not be checked "
-                               f"({type(err).__name__}; see the server log)"), False
-        planner.store.last_rejection = _refusal
-    metrics.observe_update("conflict" if _conflict else "refused")
-    raise UpdateRejected(_refusal)
+        update.refusal, update.conflict = (f"dspark runtime state update rejected: it could not be checked "
+                                           f"({type(err).__name__}; see the server log)"), False
+        state.store.last_rejection = update.refusal
+    metrics.observe_update("conflict" if update.conflict else "refused")
+    raise UpdateRejected(update.refusal)
 
 
-def _reply_with_reason(original, controller, recv_req):
+def _reply_with_reason(state: SchedulerState, original, controller, recv_req):
     """Scheduler side: a refused dspark update's reply carries the reason."""
     import msgspec
 
     from dspark.integration.admin_request import AppliedInternalStateReqOutput, RejectedInternalStateReqOutput
+    from dspark.integration.scheduler_state import UpdateInFlight
 
-    global _checked, _refusal, _conflict, _applied
-    _checked, _refusal, _conflict, _applied = None, None, False, None
+    state.update = update = UpdateInFlight()
     reply = original(controller, recv_req)
     fields = msgspec.structs.asdict(reply)
     if reply.updated:
-        return reply if _applied is None else AppliedInternalStateReqOutput(**fields, dspark=_applied)
-    if _refusal is None:
+        return reply if update.applied is None else AppliedInternalStateReqOutput(**fields, dspark=update.applied)
+    if update.refusal is None:
         return reply
-    return RejectedInternalStateReqOutput(**fields, reason=_refusal, conflict=_conflict)
+    return RejectedInternalStateReqOutput(**fields, reason=update.refusal, conflict=update.conflict)
 
 
 async def _answer_400_with_reason(original, manager, obj):
@@ -109,51 +104,50 @@ async def _answer_400_with_reason(original, manager, obj):
     return [getattr(reply, "dspark", None) or reply.updated for reply in replies]
 
 
-def _apply(key: str, value) -> None:
-    global _applied
-    outcome = planner.store.install(*_checked)  # as _validate resolved, checked and compiled it
+def _apply(state: SchedulerState, key: str, value) -> None:
+    checked = state.update.checked
+    outcome = state.store.install(*checked)  # as _validate resolved, checked and compiled it
     metrics.observe_update("applied" if outcome["applied"] else "validated")
     if outcome["applied"]:
-        planner.trace.reset()  # budgets are reported per state
-    if _checked[1].envelope:  # the envelope form (a refit included) answers with what it did
-        _applied = outcome
+        state.trace.reset()  # budgets are reported per state
+    if checked[1].envelope:  # the envelope form (a refit included) answers with what it did
+        state.update.applied = outcome
 
 
-def _with_dspark_handler(original, controller):
+def _with_dspark_handler(state: SchedulerState, original, controller):
     from sglang.srt.managers.scheduler_components.internal_state import _UpdateHandler
 
-    return {**original(controller), KEY: _UpdateHandler(_validate, _apply)}
+    return {**original(controller), KEY: _UpdateHandler(partial(_validate, state), partial(_apply, state))}
 
 
-def _report(result, controller, state: dict) -> None:
-    if planner.store is not None:
+def _report(state: SchedulerState, result, controller, internal: dict) -> None:
+    if state.store is not None:
         # SGLang's acceptance counters: the lifetime totals move once per decode log interval, the current
         # interval's counts every round; their sum is up to date.
         reporter = controller.scheduler.metrics_reporter
-        totals = {**planner.trace.totals(),
+        totals = {**state.trace.totals(),
                   "accepted_tokens": reporter.spec_total_num_accept_tokens + reporter.spec_num_accept_tokens,
                   "verify_forwards": reporter.spec_total_num_forward_ct + reporter.spec_num_forward_ct}
-        state[KEY] = {**planner.store.report(), **planner.trace.report(), "totals": totals,
-                      "step_overhead_s": planner.clock.overhead(), "sps_fit": sps_fit(),
-                      "calibration": calibration.window.report(planner.head_temperatures)}
+        internal[KEY] = {**state.store.report(), **state.trace.report(), "totals": totals,
+                         "step_overhead_s": state.clock.overhead(), "sps_fit": sps_fit(state),
+                         "calibration": state.calibration.report(state.head_temperatures)}
 
 
-def sps_fit() -> dict:
+def sps_fit(state: SchedulerState) -> dict:
     """The live round-cost window against the table in use (models/decoding/round_cost.py)."""
-    table, costs = current_table(), planner.clock.costs
+    table, costs = state.sps_table(), state.clock.costs
     return {"samples": len(costs.samples),
-            "error_ratio": costs.error(table, planner.clock.overhead()) if table is not None else None}
+            "error_ratio": costs.error(table, state.clock.overhead()) if table is not None else None}
 
 
-def install() -> None:
+def install(state: SchedulerState) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     from dspark.integration.admin_request import SetInternalStateWithDsparkReq
-
     HookRegistry.register("sglang.srt.managers.io_struct.SetInternalStateReq", SetInternalStateWithDsparkReq,
                           HookType.REPLACE)
-    HookRegistry.register(f"{CONTROLLER}._update_handlers", _with_dspark_handler, HookType.AROUND)
-    HookRegistry.register(f"{CONTROLLER}._add_speculative", _report, HookType.AFTER)
-    HookRegistry.register(f"{CONTROLLER}.set_internal_state", _reply_with_reason, HookType.AROUND)
+    HookRegistry.register(f"{CONTROLLER}._update_handlers", partial(_with_dspark_handler, state), HookType.AROUND)
+    HookRegistry.register(f"{CONTROLLER}._add_speculative", partial(_report, state), HookType.AFTER)
+    HookRegistry.register(f"{CONTROLLER}.set_internal_state", partial(_reply_with_reason, state), HookType.AROUND)
     HookRegistry.register("sglang.srt.managers.tokenizer_control_mixin.TokenizerControlMixin.set_internal_state",
                           _answer_400_with_reason, HookType.AROUND)

@@ -69,6 +69,3 @@ class LiveCalibration:
             raise ConfigError(f"the live calibration window holds {len(self.rows)} labelled request-rounds; the "
                               f"refit needs at least {max(1, min_samples)}: serve more traffic first")
         return [round(float(t), 4) for t in fit_sts(self.data())]
-
-
-window = LiveCalibration()

@@ -32,17 +32,18 @@ class FaultInjector:
     def __init__(self, every: int):
         self.every, self.steps = every, 0
 
+    @classmethod
+    def from_environment(cls) -> "FaultInjector":
+        return cls(int(os.environ.get(FAULT_ENV) or 0))
+
     def step(self) -> None:
         self.steps += 1
         if self.every and self.steps % self.every == 0:
             raise InjectedDraftFault(f"injected drafter fault at draft step {self.steps} ({FAULT_ENV}={self.every})")
 
 
-injector = FaultInjector(int(os.environ.get(FAULT_ENV) or 0))
-
-
-def with_retry(step, proposer, **kwargs):
-    """`step(proposer, **kwargs)`, run again once if it raises."""
+def with_retry(injector: FaultInjector, step, proposer, **kwargs):
+    """`step(proposer, **kwargs)`, run again once if it raises (`injector`: the test-only faults)."""
     try:
         injector.step()
         return step(proposer, **kwargs)

@@ -29,12 +29,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional
+from functools import partial
+from typing import TYPE_CHECKING, Optional
 
 import torch
+import torch.distributed
 
-from dspark.integration import draft_faults, metrics, planner
+from dspark.integration import draft_faults, metrics
+from dspark.integration.planner import agreed
 from dspark.models.decoding.drafting_gate import DraftingGate
+
+if TYPE_CHECKING:
+    from dspark.integration.scheduler_state import SchedulerState
 
 PROPOSER = "sglang.srt.speculative.dspark_components.dspark_draft.DraftBlockProposer"
 OBSERVERS = "sglang.srt.speculative.dspark_components.dspark_observability.DsparkStepObservers"
@@ -56,15 +62,17 @@ class ServedGate:
         self.gate = DraftingGate()
         self.round: Optional[RoundInFlight] = None
 
-    def begin_round(self, requests: int, mode: str, now: float) -> bool:
-        """Measure the previous round, then decide whether this one drafts."""
+    def begin_round(self, requests: int, mode: str, now: float,
+                    group: Optional[torch.distributed.ProcessGroup] = None) -> bool:
+        """Measure the previous round, then decide whether this one drafts (`group`: the TP ranks that follow
+        rank 0's decision)."""
         last = self.round
         if last is not None and last.tokens_per_request is not None and not last.interrupted:
             self.gate.observe(last.requests, last.drafted, now - last.began, last.tokens_per_request)
         self.gate.mode = mode  # live: the runtime state's, validated there
         drafts = self.gate.drafts(requests)
         if mode == "auto":  # decided on wall-clock measurements: every TP rank follows rank 0
-            drafts = bool(planner.agreed([float(drafts)], planner.group)[0])
+            drafts = bool(agreed([float(drafts)], group)[0])
         self.round = RoundInFlight(requests, drafts, now)
         return drafts
 
@@ -78,19 +86,17 @@ class ServedGate:
             self.round.interrupted = True
 
 
-served = ServedGate()
-
-
-def _propose(original, proposer, **kwargs):
-    if planner.store is None or planner.store.planner.policy is None:  # SGLang's own planner: it drafts
-        served.round, planner.skipped_round = None, False
-        return draft_faults.with_retry(original, proposer, **kwargs)
-    drafts = served.begin_round(kwargs["bs"], planner.store.planner.state.drafting, time.perf_counter())
-    planner.skipped_round = not drafts
+def _propose(state: SchedulerState, original, proposer, **kwargs):
+    if not state.dspark_planned():  # SGLang's own planner: it drafts
+        state.gate.round, state.skipped_round = None, False
+        return draft_faults.with_retry(state.faults, original, proposer, **kwargs)
+    drafts = state.gate.begin_round(kwargs["bs"], state.store.planner.state.drafting, time.perf_counter(),
+                                    state.group)
+    state.skipped_round = not drafts
     if drafts:
-        return draft_faults.with_retry(original, proposer, **kwargs)
+        return draft_faults.with_retry(state.faults, original, proposer, **kwargs)
     metrics.observe_skipped_draft()
-    return draft_faults.with_retry(placeholder_proposal, proposer, **kwargs)
+    return draft_faults.with_retry(state.faults, placeholder_proposal, proposer, **kwargs)
 
 
 def placeholder_proposal(proposer, *, batch, draft_input, verify_window, bs, device, target_model, sampling_info,
@@ -118,12 +124,12 @@ def placeholder_proposal(proposer, *, batch, draft_input, verify_window, bs, dev
                          draft_block=block, confidence=confidence, confidence_raw=confidence)
 
 
-def _on_prefill(result, observers, *args, **kwargs) -> None:
-    served.prefilled()
+def _on_prefill(state: SchedulerState, result, observers, *args, **kwargs) -> None:
+    state.gate.prefilled()
 
 
-def install() -> None:
+def install(state: SchedulerState) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    HookRegistry.register(f"{PROPOSER}.propose", _propose, HookType.AROUND)
-    HookRegistry.register(f"{OBSERVERS}.note_prefill_step", _on_prefill, HookType.AFTER)
+    HookRegistry.register(f"{PROPOSER}.propose", partial(_propose, state), HookType.AROUND)
+    HookRegistry.register(f"{OBSERVERS}.note_prefill_step", partial(_on_prefill, state), HookType.AFTER)

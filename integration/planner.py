@@ -41,25 +41,22 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import Optional
+from functools import partial
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.distributed
 
-from dspark.integration import calibration, live_settings, metrics
-from dspark.integration.round_sampler import RoundSampler
+from dspark.integration import live_settings, metrics
 from dspark.integration.runtime_state import RuntimeStateStore
 from dspark.models.decoding.round_cost import RoundClock
 from dspark.models.decoding.sps_paths import sps_write_dir
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from dspark.integration.scheduler_state import SchedulerState
 
-# The scheduler process's state (one DSpark worker per scheduler process); None until the planner exists.
-store: Optional[RuntimeStateStore] = None
-group: Optional[torch.distributed.ProcessGroup] = None  # the TP ranks that run this scheduler's batch (batch_group)
-head_temperatures: Optional[torch.Tensor] = None  # the STS temperatures the confidence head applies now
-skipped_round = False  # drafting.py skipped this round's drafter: its drafts are placeholders, verify none
+logger = logging.getLogger(__name__)
 
 
 class PlannerTrace:
@@ -89,13 +86,6 @@ class PlannerTrace:
 
     def totals(self) -> dict:
         return dict(self.total)
-
-
-trace = PlannerTrace()
-
-
-clock = RoundClock()
-probes = RoundSampler()  # which rounds are calibration probes (the same rounds on every TP rank)
 
 
 def batch_group() -> Optional[torch.distributed.ProcessGroup]:
@@ -133,20 +123,20 @@ def plan_lengths(policy: VerifyLengthPolicy, confidence: torch.Tensor, lagged: O
     return lengths
 
 
-def _init_store(result, planner, *args, **kwargs) -> None:
-    global store, group
+def _init_store(state: SchedulerState, result, planner, *args, **kwargs) -> None:
     from sglang.srt.runtime_context import get_spec
 
-    store = RuntimeStateStore.from_environment(planner.gamma, get_spec().speculative_dspark_sps_table_path,
-                                               on_change=live_settings.write if metrics.reporting_rank() else None)
-    group = batch_group()
+    state.store = RuntimeStateStore.from_environment(
+        planner.gamma, get_spec().speculative_dspark_sps_table_path,
+        on_change=live_settings.write if metrics.reporting_rank() else None)
+    state.group = batch_group()
     planner._dspark_history = {}  # request-pool row -> (generation, confidence [gamma]) of its last round
     planner._dspark_version = -1
     planner._dspark_sps_table = None  # the table the metrics last reported
     planner._dspark_verify_lens = None
     head = planner._confidence_head  # its temperatures as loaded (SGLang's --speculative-dspark-confidence-sts-path)
     planner._dspark_loaded_sts = head.sts_temperatures.clone() if head is not None else None
-    logger.info("dspark planner: %s", store.report())
+    logger.info("dspark planner: %s", state.store.report())
 
 
 def lagged_confidence(planner, req_pool_indices: torch.Tensor, confidence: torch.Tensor) -> torch.Tensor:
@@ -163,28 +153,30 @@ def lagged_confidence(planner, req_pool_indices: torch.Tensor, confidence: torch
     return lagged
 
 
-def _on_state_change(planner) -> None:
+def _on_state_change(state: SchedulerState, planner) -> None:
+    store = state.store
     if planner._dspark_version == store.version:
         return
     planner._dspark_version = store.version
     table = store.planner.state.sps_table
     metrics.observe_state(store.version, store.history[-1].time, table, sps_write_dir(), planner._dspark_sps_table)
     planner._dspark_sps_table = table
-    clock.reset()  # samples were taken against the previous table
-    global head_temperatures
+    state.clock.reset()  # samples were taken against the previous table
     head, wanted = planner._confidence_head, store.planner.sts_temperatures
     if head is not None:
         temperatures = planner._dspark_loaded_sts if wanted is None else wanted
-        if head_temperatures is None or not torch.equal(temperatures.cpu(), head_temperatures):
-            calibration.window.reset()  # the window describes the calibration in effect
-        head_temperatures = temperatures.cpu()
+        if state.head_temperatures is None or not torch.equal(temperatures.cpu(), state.head_temperatures):
+            state.calibration.reset()  # the window describes the calibration in effect
+        state.head_temperatures = temperatures.cpu()
         head.sts_temperatures = temperatures.to(planner.device)
 
 
-def _resolve_budget(original, planner, *, draft_input, confidence, prefix_lens, req_pool_indices):
+def _resolve_budget(state: SchedulerState, original, planner, *, draft_input, confidence, prefix_lens,
+                    req_pool_indices):
+    store, trace = state.store, state.trace
     planner._dspark_verify_lens, trace.planned_ns = None, None
-    if store is not None and skipped_round:  # the anchors alone: plain decoding
-        _on_state_change(planner)
+    if store is not None and state.skipped_round:  # the anchors alone: plain decoding
+        _on_state_change(state, planner)
         trace.note(len(req_pool_indices), 0, False)
         planner._dspark_verify_lens = torch.ones(len(req_pool_indices), device=planner.device, dtype=torch.int32)
         draft_input.verify_token_budget = 0
@@ -192,24 +184,25 @@ def _resolve_budget(original, planner, *, draft_input, confidence, prefix_lens, 
     if store is None or confidence is None:
         return original(planner, draft_input=draft_input, confidence=confidence, prefix_lens=prefix_lens,
                         req_pool_indices=req_pool_indices)
-    _on_state_change(planner)
-    policy, state = store.planner.policy, store.planner.state
+    _on_state_change(state, planner)
+    policy, settings = store.planner.policy, store.planner.state
     if policy is None:  # SGLang's own planner
         return original(planner, draft_input=draft_input, confidence=confidence, prefix_lens=prefix_lens,
                         req_pool_indices=req_pool_indices)
     current = confidence.detach().float().to("cpu")
     requests, gamma = current.shape
-    lagged = lagged_confidence(planner, req_pool_indices, current) if state.policy == "lagged" else None
-    probe = policy.needs_confidence and state.probe_round_ratio > 0 and probes.take(state.probe_round_ratio)
+    lagged = lagged_confidence(planner, req_pool_indices, current) if settings.policy == "lagged" else None
+    probe = (policy.needs_confidence and settings.probe_round_ratio > 0
+             and state.probes.take(settings.probe_round_ratio))
     if probe:  # verify in full, so the calibration window also learns where the allocator would cut
-        policy = replace(policy, settings=replace(state, policy="fixed"))
+        policy = replace(policy, settings=replace(settings, policy="fixed"))
     max_length = torch.full((requests,), gamma)  # the policy applies max_verify_length and the budget caps
     trace.planned_ns, began = time.time_ns(), time.perf_counter()
-    lengths = plan_lengths(policy, current, lagged, max_length, clock, group, began)
+    lengths = plan_lengths(policy, current, lagged, max_length, state.clock, state.group, began)
     trace.planner_s = time.perf_counter() - began
     drafts = int(lengths.sum())
     trace.note(requests, drafts, probe)
-    metrics.observe_overhead(clock.overhead())
+    metrics.observe_overhead(state.clock.overhead())
     planner._dspark_verify_lens = (1 + lengths).to(device=planner.device, dtype=torch.int32)
     draft_input.verify_token_budget = drafts
     return drafts
@@ -223,9 +216,9 @@ def _schedule_verify_lens(original, planner, **kwargs):
 PLANNER = "sglang.srt.speculative.dspark_components.dspark_planner.DSparkVerifyPlanner"
 
 
-def install() -> None:
+def install(state: SchedulerState) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    HookRegistry.register(f"{PLANNER}.__init__", _init_store, HookType.AFTER)
-    HookRegistry.register(f"{PLANNER}.resolve_verify_token_budget", _resolve_budget, HookType.AROUND)
+    HookRegistry.register(f"{PLANNER}.__init__", partial(_init_store, state), HookType.AFTER)
+    HookRegistry.register(f"{PLANNER}.resolve_verify_token_budget", partial(_resolve_budget, state), HookType.AROUND)
     HookRegistry.register(f"{PLANNER}._schedule_verify_lens", _schedule_verify_lens, HookType.AROUND)

@@ -1,7 +1,8 @@
 """dspark's SGLang plugin, loaded by SGLang itself through the `sglang.srt.plugins` entry point.
 
 SGLang calls `register()` early in every process it starts (launcher, scheduler, detokenizer), then
-applies the hooks registered here; no SGLang source is patched or vendored. Set `SGLANG_PLUGINS` to a
+applies the hooks registered here; no SGLang source is patched or vendored. `register()` creates the process's
+one `SchedulerState` (scheduler_state.py) and hands it to the hooks that keep state. Set `SGLANG_PLUGINS` to a
 list without `dspark` to run SGLang without it.
 
     cpu         SGLang's DSPARK worker on CPU (each hook acts only on CPU devices/tensors)
@@ -22,16 +23,18 @@ from __future__ import annotations
 
 from dspark.integration import (admin, cpu, drafting, flashinfer_verify, planner, redaction, request_gate, rounds,
                                 startup, strict_requests)
+from dspark.integration.scheduler_state import SchedulerState
 
 
 def register() -> None:
+    state = SchedulerState()
     cpu.install()
     startup.install()
-    planner.install()
-    admin.install()
-    rounds.install()
+    planner.install(state)
+    admin.install(state)
+    rounds.install(state)
     flashinfer_verify.install()
     redaction.install()
     request_gate.install()
     strict_requests.install()
-    drafting.install()
+    drafting.install(state)

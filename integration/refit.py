@@ -20,20 +20,25 @@ Installing new temperatures clears the window, so the next automatic refit needs
 Under tensor parallelism every rank takes the same update between the same rounds: the STS fit reads the
 window, which holds the same replicated confidences and verdicts on every rank; the SPS fit reads wall-clock
 times, so every rank installs rank 0's (planner.agreed).
+Each function takes the scheduler process's `SchedulerState` (scheduler_state.py).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any
 
-from dspark.integration import calibration, metrics, planner
+from dspark.integration import calibration, metrics
+from dspark.integration.planner import agreed
 from dspark.kernels.sps import SpsTable
 from dspark.models.decoding.settings import VerifySettings
 from dspark.models.decoding.round_cost import RoundCosts
 from dspark.models.decoding.sps_paths import sps_write_dir
 from dspark.models.errors import ConfigError, shown
+
+if TYPE_CHECKING:
+    from dspark.integration.scheduler_state import SchedulerState
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +48,7 @@ AUTO_REFIT_MIN_LABELLED = 32
 MIN_SAMPLES_MAX = {"refit_sts": calibration.WINDOW, "refit_sps": RoundCosts.WINDOW}  # the windows' sizes
 
 
-def with_refit(value: Any) -> Any:
+def with_refit(state: SchedulerState, value: Any) -> Any:
     """A refit update becomes a `set` of what was fitted; anything else is returned as it is. Called once per
     update (admin.py's validation; the apply installs what it returned)."""
     if not (isinstance(value, dict) and set(REFITS) & set(value)):
@@ -59,25 +64,20 @@ def with_refit(value: Any) -> Any:
     if isinstance(minimum, bool) or not isinstance(minimum, int) or not 1 <= minimum <= most:
         raise ConfigError(f"{kinds[0]}.min_samples must be an integer in 1..{most} (the live window's size), "
                           f"got {shown(minimum)}")
-    fitted = ({"sts_temperatures": calibration.window.refit(minimum)} if kinds[0] == "refit_sts"
-              else {"sps_table": measured_table(minimum)})
+    fitted = ({"sts_temperatures": state.calibration.refit(minimum)} if kinds[0] == "refit_sts"
+              else {"sps_table": measured_table(state, minimum)})
     return {**{k: v for k, v in value.items() if k != kinds[0]}, "set": fitted}
 
 
-def current_table() -> Optional[SpsTable]:
-    policy = planner.store.planner.policy if planner.store is not None else None
-    return policy.sps if policy is not None else None
-
-
-def measured_table(min_samples: int) -> str:
+def measured_table(state: SchedulerState, min_samples: int) -> str:
     """The SPS table fitted to the measured round costs (rank 0's under TP), written as JSON; its path."""
-    table = current_table()
+    table = state.sps_table()
     if table is None:
         raise ConfigError("there is no SPS table to refit from traffic: install or profile one first "
                           "(sps_table / ProfileSps)")
-    fitted = planner.clock.costs.fit(table, min_samples)
-    fitted = SpsTable(fitted.sample_batch_tokens, tuple(planner.agreed(list(fitted.sample_steps_per_sec),
-                                                                       planner.group)), fitted.max_batch_tokens)
+    fitted = state.clock.costs.fit(table, min_samples)
+    fitted = SpsTable(fitted.sample_batch_tokens, tuple(agreed(list(fitted.sample_steps_per_sec), state.group)),
+                      fitted.max_batch_tokens)
     text = json.dumps(fitted.to_json(), indent=1) + "\n"
     path = sps_write_dir() / "refit" / f"sps-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,19 +85,19 @@ def measured_table(min_samples: int) -> str:
     return str(path)
 
 
-def maybe_auto_refit(report: dict, state: VerifySettings) -> bool:
-    """Refit the temperatures when the calibration `report` (LiveCalibration.report) crosses the state's
+def maybe_auto_refit(state: SchedulerState, report: dict, settings: VerifySettings) -> bool:
+    """Refit the temperatures when the calibration `report` (LiveCalibration.report) crosses the settings'
     threshold (module docstring); whether it did."""
-    threshold = state.auto_refit_ece
-    if threshold is None or report["samples"] < state.auto_refit_min_samples:
+    threshold = settings.auto_refit_ece
+    if threshold is None or report["samples"] < settings.auto_refit_min_samples:
         return False
     worst = max((ece for ece, labels in zip(report["ece"], report["labelled"])
                  if ece is not None and labels >= AUTO_REFIT_MIN_LABELLED), default=0.0)
     if worst <= threshold:
         return False
     try:
-        outcome = planner.store.update(with_refit({"refit_sts": {"min_samples": state.auto_refit_min_samples},
-                                                   "caller": AUTO_REFIT_CALLER}))
+        refit = {"refit_sts": {"min_samples": settings.auto_refit_min_samples}, "caller": AUTO_REFIT_CALLER}
+        outcome = state.store.update(with_refit(state, refit))
     except ConfigError as err:  # a fit the state refuses: keep serving on the temperatures in effect
         logger.warning("dspark auto-refit of the STS temperatures refused: %s", err)
         metrics.observe_update("refused")
@@ -105,5 +105,5 @@ def maybe_auto_refit(report: dict, state: VerifySettings) -> bool:
     logger.info("dspark auto-refit: ECE %.3f > %.3f on %d request-rounds; STS temperatures %s (version %d)",
                 worst, threshold, report["samples"], outcome["state"]["sts_temperatures"], outcome["version"])
     metrics.observe_update("applied")
-    planner.trace.reset()
+    state.trace.reset()
     return True

@@ -25,9 +25,6 @@ from dspark.integration.round_sampler import RoundSampler
 ROUND_SPAN = "dspark.round"
 
 
-sampler = RoundSampler()
-
-
 def tracing_on() -> bool:
     try:
         from sglang.srt.observability.trace import get_global_tracing_enabled
@@ -50,9 +47,9 @@ def request_links(reqs) -> list:
     return links
 
 
-def observe_round(*, reqs, verify_lens: torch.Tensor, accepted: torch.Tensor, gamma: int, policy: str,
-                  version: int, ratio: float, planned_ns: Optional[int], planner_s: float) -> None:
-    """Emit this round's span if tracing is on and the round is sampled. verify_lens, accepted: [bs] long
+def observe_round(sampler: RoundSampler, *, reqs, verify_lens: torch.Tensor, accepted: torch.Tensor, gamma: int,
+                  policy: str, version: int, ratio: float, planned_ns: Optional[int], planner_s: float) -> None:
+    """Emit this round's span if tracing is on and `sampler` takes the round. verify_lens, accepted: [bs] long
     (host), accepted <= verify_lens."""
     if not tracing_on() or not sampler.take(ratio):
         return

@@ -181,18 +181,19 @@ def test_callers_and_echoed_values_are_capped(sps_dir):
         assert len(store.report()["last_rejection"]) < 600 and "chars)" in store.report()["last_rejection"]
 
 
-def test_an_unexpected_error_while_checking_refuses_the_update_instead_of_killing_the_scheduler(monkeypatch):
+def test_an_unexpected_error_while_checking_refuses_the_update_instead_of_killing_the_scheduler():
     from sglang.srt.managers.scheduler_components.internal_state import UpdateRejected
 
-    from dspark.integration import admin, planner
+    from dspark.integration import admin
+    from dspark.integration.scheduler_state import SchedulerState
 
-    monkeypatch.setattr(planner, "store", RuntimeStateStore(State(policy="fixed"), GAMMA))
+    state = SchedulerState(store=RuntimeStateStore(State(policy="fixed"), GAMMA))
     with pytest.raises(UpdateRejected, match=r"could not be checked \(TypeError; see the server log\)"):
-        admin._validate(admin.KEY, {"set": {1: "a", "speed": "b"}})  # sorting unknown int and str keys raises
-    assert planner.store.version == 0 and "could not be checked" in planner.store.report()["last_rejection"]
-    admin._validate(admin.KEY, {"set": {"policy": "mtp1"}, "caller": "ops"})
-    admin._apply(admin.KEY, None)  # installs what the check compiled
-    assert planner.store.version == 1 and planner.store.planner.state.policy == "mtp1"
+        admin._validate(state, admin.KEY, {"set": {1: "a", "speed": "b"}})  # sorting unknown int and str keys raises
+    assert state.store.version == 0 and "could not be checked" in state.store.report()["last_rejection"]
+    admin._validate(state, admin.KEY, {"set": {"policy": "mtp1"}, "caller": "ops"})
+    admin._apply(state, admin.KEY, None)  # installs what the check compiled
+    assert state.store.version == 1 and state.store.planner.state.policy == "mtp1"
 
 
 def test_the_store_tells_on_change_the_state_at_start_and_after_each_applied_change_only():
