@@ -44,11 +44,13 @@ BENCH_SETTINGS ?= --datasets math=$(EVAL_PROMPTS)/gsm8k.jsonl code=$(EVAL_PROMPT
 bench: setup
 	$(DSPARK) bench --target embedded/target --name embedded-target $(BENCH_SETTINGS) --speed-prompts 32 \
 		--out bench/results/embedded --drafters dspark=embedded/dspark dflash=embedded/dflash eagle3=embedded/eagle3
+	@for d in dspark dflash eagle3 dspark-long dflash-long eagle3-long; do [ -d $(RETIRED)/smollm2-$$d ] || { \
+		echo "make bench: $(RETIRED)/smollm2-$$d is missing: make smollm2-drafters smollm2-long-drafters"; exit 2; }; done
 	$(DSPARK) bench --target $(SMOLLM2) --name smollm2-135m-instruct $(BENCH_SETTINGS) --speed-prompts 8 \
 		--out bench/results/smollm2 \
-		--drafters dspark=embedded/smollm2-dspark dflash=embedded/smollm2-dflash eagle3=embedded/smollm2-eagle3 \
-		dspark-long=embedded/smollm2-dspark-long dflash-long=embedded/smollm2-dflash-long \
-		eagle3-long=embedded/smollm2-eagle3-long
+		--drafters dspark=$(RETIRED)/smollm2-dspark dflash=$(RETIRED)/smollm2-dflash eagle3=$(RETIRED)/smollm2-eagle3 \
+		dspark-long=$(RETIRED)/smollm2-dspark-long dflash-long=$(RETIRED)/smollm2-dflash-long \
+		eagle3-long=$(RETIRED)/smollm2-eagle3-long
 
 # Allocation policies under load (issue 4): the embedded target saturates 2 cores inside concurrency 1..64.
 bench-sched: setup
@@ -75,7 +77,7 @@ bench-cpu-linears: setup
 		$(DSPARK) profile-sps --target $(SMOLLM2) --cpu-linears $$linears --threads 2 \
 			--out bench/results/cpu-linears/sps-$$linears.json && \
 		for drafter in dspark-long eagle3-long; do \
-			$(DSPARK) demo --target $(SMOLLM2) --drafter embedded/smollm2-$$drafter --policy fixed \
+			$(DSPARK) demo --target $(SMOLLM2) --drafter $(RETIRED)/smollm2-$$drafter --policy fixed \
 				--drafting always --cpu-linears $$linears --threads 2 \
 				--out bench/results/cpu-linears/$$linears/$$drafter || exit 1; \
 		done || exit 1; \
@@ -87,7 +89,7 @@ bench-serve: setup
 	$(DSPARK) bench-serve --target embedded/target --drafter embedded/dspark \
 		--prompts-file $(EVAL_PROMPTS)/humaneval.jsonl --limit 8 --max-new-tokens 32 --concurrency 1 8 \
 		--policies causal fixed mtp1 --drafting always auto --out bench/results/serve-embedded
-	$(DSPARK) bench-serve --target $(SMOLLM2) --drafter embedded/smollm2-dspark \
+	$(DSPARK) bench-serve --target $(SMOLLM2) --drafter embedded/smollm2-dspark-chat-vocab \
 		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 8 --max-new-tokens 32 --concurrency 1 8 \
 		--policies causal fixed mtp1 --drafting always auto --out bench/results/serve-smollm2
 
@@ -120,7 +122,7 @@ embedded-target: setup
 
 # The committed drafters (embedded/{dspark,dflash,eagle3}/README.md): same data and steps; on 2 cores
 # generating the data takes 10-25 min, then DSpark and DFlash ~8 min each, Eagle3 ~18 min.
-DRAFTER_RECIPE := --target embedded/target --block-size 5 --target-layer-ids 0 1 2 --num-samples 4096 \
+DRAFTER_RECIPE := --target embedded/target --slim --block-size 5 --target-layer-ids 0 1 2 --num-samples 4096 \
 	--prompt-len 32 --response-len 128 --n-anchors 32 --batch-size 8 --steps 400 --lr 5e-3 \
 	--checkpoint-every 100 --eval-samples 64 --threads 1 --log-every 10
 drafters: setup
@@ -131,11 +133,13 @@ drafters: setup
 	$(DSPARK) train $(DRAFTER_RECIPE) --drafter eagle3 --num-layers 1 \
 		--out embedded/eagle3 --work-dir $(DSPARK_CACHE)/train-work/eagle3
 
-# Drafters for SmolLM2-135M-Instruct (provided by `make setup` under $(DSPARK_CACHE)/targets), committed slim
-# (no copies of the target's embedding / lm_head) in embedded/smollm2-{dspark,dflash,eagle3}. Same data for all
+# Drafters for SmolLM2-135M-Instruct (provided by `make setup` under $(DSPARK_CACHE)/targets). Only the demo's
+# (embedded/smollm2-dspark-chat-vocab) is committed; the others are retired from the tree (their cards and logs:
+# bench/results/retired-drafters/) and these recipes build them slim (no copies of the target's embedding /
+# lm_head) into $(RETIRED), where `make bench` and bench-cpu-linears read them. Same data for all
 # three (the target's own replies to 960 built-in chat prompts, generated once by the first command and cached,
 # with the target's outputs on them cached beside it) and the same budget (1000 optimizer steps of 4 sequences,
-# 16 anchor blocks each). Why these levers, with their measured s/step: embedded/smollm2-dspark/README.md. On the
+# 16 anchor blocks each). Why these levers, with their measured s/step: bench/results/retired-drafters/smollm2-dspark/README.md. On the
 # shared 2-core CPU with one thread: data ~15 min, features ~2 min, then ~45 min for DSpark, ~20 for DFlash and
 # ~90 for Eagle3 (its 6 test-time-training steps). Interrupted? Run it again: every command resumes from its
 # last checkpoint.
@@ -144,16 +148,17 @@ SMOLLM2_TRAIN := --target $(SMOLLM2) --data-source chat --prompt-len 128 --respo
 	--eval-samples 32 --data-cache $(DSPARK_CACHE)/train-data --feature-cache $(DSPARK_CACHE)/train-features \
 	--bf16 --init-from-target --block-size 6 --target-layer-ids 2 15 27 --mask-token-id 0 --batch-size 4 \
 	--lr 1e-3 --checkpoint-every 50 --log-every 10 --slim --resume
+RETIRED := $(DSPARK_CACHE)/drafters
 SMOLLM2_RECIPE := $(SMOLLM2_TRAIN) --num-samples 960 --n-anchors 16 --steps 1000 --threads 1
 SMOLLM2_DSPARK := --drafter dspark --markov-head vanilla --markov-rank 64 --num-layers 2
 .PHONY: smollm2-drafters
 smollm2-drafters: setup
 	$(DSPARK) train $(SMOLLM2_RECIPE) $(SMOLLM2_DSPARK) \
-		--out embedded/smollm2-dspark --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark
+		--out $(RETIRED)/smollm2-dspark --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark
 	$(DSPARK) train $(SMOLLM2_RECIPE) --drafter dflash --num-layers 2 \
-		--out embedded/smollm2-dflash --work-dir $(DSPARK_CACHE)/train-work/smollm2-dflash
+		--out $(RETIRED)/smollm2-dflash --work-dir $(DSPARK_CACHE)/train-work/smollm2-dflash
 	$(DSPARK) train $(SMOLLM2_RECIPE) --drafter eagle3 --num-layers 1 \
-		--out embedded/smollm2-eagle3 --work-dir $(DSPARK_CACHE)/train-work/smollm2-eagle3
+		--out $(RETIRED)/smollm2-eagle3 --work-dir $(DSPARK_CACHE)/train-work/smollm2-eagle3
 
 # The longer recipe: 3x the replies (2880), 3x the anchors per sequence (48) and twice the steps (2000), on two
 # threads, for all three drafters. Its DSpark drafter is the one `make demo` and bench-sched-smollm2 use. Wall time
@@ -163,11 +168,11 @@ SMOLLM2_LONG := $(SMOLLM2_TRAIN) --num-samples 2880 --n-anchors 48 --steps 2000 
 .PHONY: smollm2-long-drafters
 smollm2-long-drafters: setup
 	$(DSPARK) train $(SMOLLM2_LONG) $(SMOLLM2_DSPARK) \
-		--out embedded/smollm2-dspark-long --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-long
+		--out $(RETIRED)/smollm2-dspark-long --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-long
 	$(DSPARK) train $(SMOLLM2_LONG) --drafter dflash --num-layers 2 \
-		--out embedded/smollm2-dflash-long --work-dir $(DSPARK_CACHE)/train-work/smollm2-dflash-long
+		--out $(RETIRED)/smollm2-dflash-long --work-dir $(DSPARK_CACHE)/train-work/smollm2-dflash-long
 	$(DSPARK) train $(SMOLLM2_LONG) --drafter eagle3 --num-layers 1 \
-		--out embedded/smollm2-eagle3-long --work-dir $(DSPARK_CACHE)/train-work/smollm2-eagle3-long
+		--out $(RETIRED)/smollm2-eagle3-long --work-dir $(DSPARK_CACHE)/train-work/smollm2-eagle3-long
 
 # The longer recipe's DSpark drafter fine-tuned to users' questions: SmolLM2 writes 1920 user turns itself
 # (`dspark self-chat`, models/training/self_chat.py; float32, seed 0), answers 1600 of them (T 0.7), and the
@@ -178,11 +183,11 @@ $(SMOLLM2_SELF_CHAT):
 	$(DSPARK) self-chat --target $(SMOLLM2) --count 1920 --seed 0 --threads 2 --out $@
 SMOLLM2_CHAT := $(filter-out --bf16 --init-from-target,$(SMOLLM2_TRAIN)) --prompts-file $(SMOLLM2_SELF_CHAT) \
 	--builtin-prompts 0 --num-samples 1600 --n-anchors 48 --steps 500 --lr 5e-4 --threads 2 \
-	--init-from-drafter embedded/smollm2-dspark-long
+	--init-from-drafter $(RETIRED)/smollm2-dspark-long
 .PHONY: smollm2-chat-drafter
 smollm2-chat-drafter: setup $(SMOLLM2_SELF_CHAT)
 	$(DSPARK) train $(SMOLLM2_CHAT) $(SMOLLM2_DSPARK) \
-		--out embedded/smollm2-dspark-chat --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-chat
+		--out $(RETIRED)/smollm2-dspark-chat --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-chat
 
 # That drafter trained 2000 steps further on the same replies with its logits and loss over its draft vocabulary
 # (--loss-over-draft-vocab, models/training/losses.py): 1.6-2 s a step instead of ~3.5-4.5; 68 min on the 2 cores.
@@ -190,7 +195,7 @@ smollm2-chat-drafter: setup $(SMOLLM2_SELF_CHAT)
 .PHONY: smollm2-chat-vocab-drafter
 smollm2-chat-vocab-drafter: setup $(SMOLLM2_SELF_CHAT)
 	$(DSPARK) train $(SMOLLM2_CHAT) $(SMOLLM2_DSPARK) --steps 2000 --loss-over-draft-vocab \
-		--init-from-drafter embedded/smollm2-dspark-chat \
+		--init-from-drafter $(RETIRED)/smollm2-dspark-chat \
 		--out embedded/smollm2-dspark-chat-vocab --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-chat-vocab
 
 # That drafter trained 1500 steps further on fresh replies: --data-seed 43 draws 1600 of the self-chat turns anew
@@ -200,7 +205,7 @@ smollm2-chat-vocab-drafter: setup $(SMOLLM2_SELF_CHAT)
 smollm2-chat-more-drafter: setup $(SMOLLM2_SELF_CHAT)
 	$(DSPARK) train $(SMOLLM2_CHAT) $(SMOLLM2_DSPARK) --steps 1500 --loss-over-draft-vocab --data-seed 43 \
 		--init-from-drafter embedded/smollm2-dspark-chat-vocab \
-		--out embedded/smollm2-dspark-chat-more --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-chat-more
+		--out $(RETIRED)/smollm2-dspark-chat-more --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-chat-more
 
 # That drafter trained 1000 steps further on the target's greedy replies (--temperature 0), 96 tokens long instead of
 # 64: what greedy decoding (make demo, the speed benchmarks) and the held-out check verify against, as far into a
@@ -209,8 +214,8 @@ smollm2-chat-more-drafter: setup $(SMOLLM2_SELF_CHAT)
 .PHONY: smollm2-chat-greedy-drafter
 smollm2-chat-greedy-drafter: setup $(SMOLLM2_SELF_CHAT)
 	$(DSPARK) train $(SMOLLM2_CHAT) $(SMOLLM2_DSPARK) --steps 1000 --loss-over-draft-vocab --temperature 0 \
-		--response-len 96 --init-from-drafter embedded/smollm2-dspark-chat-more \
-		--out embedded/smollm2-dspark-chat-greedy --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-chat-greedy
+		--response-len 96 --init-from-drafter $(RETIRED)/smollm2-dspark-chat-more \
+		--out $(RETIRED)/smollm2-dspark-chat-greedy --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-chat-greedy
 
 # The draft vocabulary beside every SmolLM2 drafter (draft_vocab.json; models/drafters/draft_vocab.py): the 8192
 # most frequent tokens of the target's float32 replies to the longer recipe's 2880 training prompts (generated once
@@ -221,7 +226,7 @@ SMOLLM2_VOCAB_DATA := $(filter-out --bf16,$(SMOLLM2_TRAIN)) --num-samples 2880 -
 smollm2-draft-vocabs: setup
 	for drafter in dspark dflash eagle3 dspark-long dflash-long eagle3-long; do \
 		$(DSPARK) train $(SMOLLM2_VOCAB_DATA) --drafter dspark --only-draft-vocab \
-			--out embedded/smollm2-$$drafter || exit 1; \
+			--out $(RETIRED)/smollm2-$$drafter || exit 1; \
 	done
 
 # Kubernetes (docs/deploy.md). The toolchain lives in $(DSPARK_CACHE)/k8s/bin: helm, kubectl and,

@@ -32,6 +32,8 @@ from pathlib import Path
 
 from dspark.integration.addresses import http_url
 from dspark.integration.runtime_state import ENV_VAR
+from dspark.models.cache import cache_root
+from dspark.models.checkpoint import sglang_checkpoint
 
 CPU_MAX_TOTAL_TOKENS = 8192
 RAGGED_VERIFY_MODE = "compact"
@@ -62,8 +64,10 @@ def cpu_server_args(max_total_tokens: int = CPU_MAX_TOTAL_TOKENS) -> list[str]:
 
 def dspark_args(drafter: str | Path, *, cpu: bool, sps_table: str | Path | None = None,
                 sts: str | Path | None = None) -> list[str]:
-    """SGLang flags for DSpark with `drafter` (paths made absolute: the server runs elsewhere)."""
-    args = ["--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", str(Path(drafter).resolve())]
+    """SGLang flags for DSpark with `drafter` (paths made absolute: the server runs elsewhere; a compact drafter's
+    full-row copy, which SGLang's loader needs: models/checkpoint.py)."""
+    loadable = sglang_checkpoint(drafter, cache_root())
+    args = ["--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", str(Path(loadable).resolve())]
     if cpu:  # the plugin makes torch_native a draft attention backend; SGLang would pick a CUDA one
         args += ["--speculative-draft-attention-backend", "torch_native"]
     if sps_table is not None:

@@ -24,13 +24,23 @@ DSPARK / DFLASH draft classes skip `lm_head.` and `embed_tokens.` when loading a
 always takes the target's embedding (`set_embed`) and takes its lm_head too when config.json's draft_vocab_size
 is null (`load_lm_head_from_target`), so a slim Eagle3 config.json sets it to null.
 
+Compact checkpoints (`save_drafter(..., draft_vocab=token_ids)`) are for a drafter trained over its draft vocabulary
+(`draft_vocab.json` beside the weights, models/drafters/draft_vocab.py): its Markov tables markov_w1 / markov_w2 keep
+only the rows of those tokens (SmolLM2: 8,192 of 49,152 rows, 10 of the drafter's 29 MB). It never drafts the other
+tokens, so their W2 rows are never read or trained; their W1 rows are read only for the first draft after an anchor
+outside the vocabulary (0.2% of SmolLM2's chat replies). `load_drafter` scatters the rows back with zeros elsewhere:
+such a first draft gets no Markov bias. SGLang reads weights by
+shape, so `sglang_checkpoint` writes the full-row copy it serves.
+
 `load_drafter(path, target_config, target_model=None)` refuses, with a CheckpointError naming each mismatch, a
 checkpoint that is malformed or does not fit the target: hidden size, vocab size, target layer count and ids (out
 of range or the final layer), mask token outside the vocab, and missing / unexpected / wrong-shape weights. The
 frozen tensors a slim checkpoint lacks are copied from `target_model` (its input and output embeddings); without
 a target model that is a CheckpointError.
 """
+import hashlib
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Optional
 
@@ -40,6 +50,7 @@ from safetensors.torch import load_file, save_file
 
 from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
 from dspark.models.drafters.config import target_dimensions, target_field_reader
+from dspark.models.drafters.draft_vocab import DRAFT_VOCAB_FILE, load_draft_vocab
 from dspark.models.errors import CheckpointError, ConfigError
 
 CONFIG_FILE = "config.json"
@@ -49,6 +60,7 @@ ARCH_DFLASH = "DFlashDraftModel"
 ARCH_EAGLE3 = "LlamaForCausalLMEagle3"
 DEFAULT_EAGLE3_GAMMA = 7  # the reference's TTT horizon, for Eagle3 checkpoints that do not record block_size
 FROZEN_WEIGHTS = ("embed_tokens.weight", "lm_head.weight")  # copies of the target's, optional in a checkpoint
+DRAFT_VOCAB_ROWS = ("markov_head.markov_w1.weight", "markov_head.markov_w2.weight")  # [vocab, rank]; compact: [V', rank]
 
 
 def architecture(config: DrafterConfig) -> str:
@@ -183,18 +195,23 @@ def check_fits_target(config: DrafterConfig, target_config: Any, *, source: str 
                               + ". Use a drafter trained for this target.")
 
 
-def save_drafter(drafter: Drafter, directory, *, frozen: bool = True) -> Path:
+def save_drafter(drafter: Drafter, directory, *, frozen: bool = True,
+                 draft_vocab: Optional[torch.Tensor] = None) -> Path:
     """Write config.json and model.safetensors into directory (created if missing); returns it.
 
-    frozen=False writes a slim checkpoint without the frozen embedding / lm_head copies (module docstring).
+    frozen=False writes a slim checkpoint without the frozen embedding / lm_head copies; draft_vocab (the sorted
+    token ids of the draft_vocab.json that goes beside it) a compact one (module docstring).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     config = config_to_json(drafter.config, drafter.dtype, frozen=frozen)
     (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-    tensors = {name: t.detach().cpu().contiguous() for name, t in drafter.state_dict().items()
+    tensors = {name: t.detach().cpu() for name, t in drafter.state_dict().items()
                if frozen or name not in FROZEN_WEIGHTS}
-    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    if draft_vocab is not None:
+        tensors.update({name: tensors[name][draft_vocab.cpu()] for name in DRAFT_VOCAB_ROWS if name in tensors})
+    save_file({name: t.contiguous() for name, t in tensors.items()}, str(directory / WEIGHTS_FILE),
+              metadata={"format": "pt"})
     return directory
 
 
@@ -237,6 +254,7 @@ def load_drafter(directory, target_config: Any = None, *, target_model: Optional
         raise CheckpointError(f"{weights_path} cannot be read as safetensors: {err}") from err
     stored = next(t.dtype for t in tensors.values() if t.is_floating_point())
     tensors = _with_frozen_weights(tensors, target_model, str(weights_path))
+    tensors = _with_all_vocab_rows(tensors, Path(directory), config.vocab_size)
     drafter = DRAFTER_CLASSES[config.kind](config)
     _check_weights(drafter, tensors, str(weights_path))
     drafter.load_state_dict(tensors)
@@ -264,6 +282,59 @@ def _with_frozen_weights(tensors: dict, target_model: Optional[torch.nn.Module],
     shared = {"embed_tokens.weight": target_model.get_input_embeddings().weight,
               "lm_head.weight": target_model.get_output_embeddings().weight}
     return {**tensors, **{name: shared[name].detach() for name in missing}}
+
+
+def _with_all_vocab_rows(tensors: dict, directory: Path, vocab_size: int) -> dict:
+    """A compact checkpoint's Markov tables scattered back to vocab_size rows, zeros outside its draft vocabulary."""
+    compact = [name for name in DRAFT_VOCAB_ROWS if name in tensors and tensors[name].shape[0] != vocab_size]
+    if not compact:
+        return tensors
+    token_ids = load_draft_vocab(directory, vocab_size)
+    rows = {tensors[name].shape[0] for name in compact}
+    if token_ids is None or rows != {len(token_ids)}:
+        found = "none" if token_ids is None else f"{len(token_ids)} tokens"
+        raise CheckpointError(f"{directory / WEIGHTS_FILE}: {' / '.join(compact)} hold {sorted(rows)} rows, neither "
+                              f"the vocab_size {vocab_size} nor the draft vocabulary's size ({DRAFT_VOCAB_FILE}: "
+                              f"{found}); re-save the drafter")
+    full = {}
+    for name in compact:
+        table = tensors[name]
+        full[name] = table.new_zeros(vocab_size, *table.shape[1:]).index_copy_(0, token_ids.to(table.device), table)
+    return {**tensors, **full}
+
+
+def is_compact(directory) -> bool:
+    """Whether the checkpoint stores its Markov tables over its draft vocabulary only (module docstring)."""
+    path = Path(directory) / WEIGHTS_FILE
+    config = read_drafter_config(directory)
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return any(handle.get_slice(name).get_shape()[0] != config.vocab_size
+                       for name in DRAFT_VOCAB_ROWS if name in handle.keys())
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{path} cannot be read as safetensors: {err}") from err
+
+
+def sglang_checkpoint(directory, cache: Path) -> Path:
+    """The checkpoint SGLang can load: `directory` itself, or for a compact one a full-row copy under
+    cache/sglang-drafters/<digest of its weights> (written once; SGLang shares the target's frozen weights
+    anyway, so the copy stays slim)."""
+    directory = Path(directory)
+    if not is_compact(directory):
+        return directory
+    digest = hashlib.sha256((directory / WEIGHTS_FILE).read_bytes()).hexdigest()[:16]
+    out = cache / "sglang-drafters" / digest
+    if (out / WEIGHTS_FILE).is_file():
+        return out
+    config = read_drafter_config(directory)
+    tensors = _with_all_vocab_rows(load_file(str(directory / WEIGHTS_FILE)), directory, config.vocab_size)
+    staging = out.with_name(out.name + ".partial")
+    staging.mkdir(parents=True, exist_ok=True)
+    for name in (CONFIG_FILE, DRAFT_VOCAB_FILE):
+        shutil.copyfile(directory / name, staging / name)
+    save_file(tensors, str(staging / WEIGHTS_FILE), metadata={"format": "pt"})
+    staging.replace(out)  # a complete copy or none: a killed write is redone by the next start
+    return out
 
 
 def _check_weights(drafter: Drafter, tensors: dict, source: str) -> None:

@@ -28,6 +28,7 @@ import tokenize
 from pathlib import Path
 
 from dspark.models.errors import ConfigError
+from dspark.models.portable_paths import portable
 
 EXCLUDED_DIRS = frozenset(
     {"test", "tests", "idle_test", "encodings", "pydoc_data", "site-packages", "dist-packages", "__pycache__"}
@@ -89,7 +90,7 @@ class Corpus:
     def describe(self) -> dict:
         """Counts, sizes, the rule and the file lists, for the model card and train_log.json."""
         return {
-            "root": str(self.root),
+            "root": portable(self.root),
             "excluded_dirs": sorted(EXCLUDED_DIRS),
             "excluded_build_files": list(BUILD_SPECIFIC_PATTERNS),
             "split_rule": SPLIT_RULE,

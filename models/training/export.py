@@ -7,6 +7,7 @@ import copy
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -28,9 +29,11 @@ def write_draft_vocab(job: "TrainJob", dataset: TokenDataset, vocab_size: int) -
     return save_draft_vocab(job.out_dir, token_ids, source, trained.numel(), coverage)
 
 
-def export_drafter(drafter: Drafter, out_dir: Path, dtype: torch.dtype, frozen: bool = True) -> Path:
-    """Save a copy of the drafter in `dtype` (the training copy stays fp32); frozen=False: a slim checkpoint."""
-    return save_drafter(copy.deepcopy(drafter).to(dtype), out_dir, frozen=frozen)
+def export_drafter(drafter: Drafter, out_dir: Path, dtype: torch.dtype, frozen: bool = True,
+                   draft_vocab: Optional[torch.Tensor] = None) -> Path:
+    """Save a copy of the drafter in `dtype` (the training copy stays fp32); frozen=False: a slim checkpoint;
+    draft_vocab (for a drafter trained over it): a compact one (models/checkpoint.py)."""
+    return save_drafter(copy.deepcopy(drafter).to(dtype), out_dir, frozen=frozen, draft_vocab=draft_vocab)
 
 
 def write_card(out_dir: Path, info: dict) -> None:

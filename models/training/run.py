@@ -45,6 +45,7 @@ from dspark.models.training.tasks import BlockTask, Eagle3Task, TrainTask
 from dspark.models.training.drafter_init import check_same_drafter, init_from_drafter
 from dspark.models.training.target_init import init_from_target
 from dspark.models.training.trainer import LOG_FILE, DistContext, TrainConfig, Trainer, bf16_autocast
+from dspark.models.portable_paths import portable
 
 DEFAULT_LAYERS = {"dspark": 5, "dflash": 5, "eagle3": 1}
 MAX_TAPS = 5
@@ -223,7 +224,7 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
                                   job.data_cache_dir, DistContext(device=dist.device))
         held_out = greedy_acceptance(drafter, target, eval_set, config.target_layer_ids, vocab_ids=vocab_ids).to_json()
     info = {
-        "kind": config.kind, "target": str(job.target_dir), "target_sha256": fingerprint,
+        "kind": config.kind, "target": portable(job.target_dir), "target_sha256": fingerprint,
         "drafter_config": config_json(config), "data_summary": describe_data(job.data, corpus, prompts_source),
         **dataset_stats(dataset),
         "steps": result.steps, "wall_s": round(result.wall_s, 1), "stopped_early": result.stopped_early,
@@ -231,12 +232,13 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         "world_size": dist.world_size, "save_dtype": job.save_dtype, "slim": job.slim, "held_out": held_out,
         "command": job.command, "feature_cache": job.feature_cache_dir is not None,
         "init_from_target": job.init_from_target, "bf16": job.train.bf16,
-        "init_from_drafter": None if job.init_from_drafter is None else str(job.init_from_drafter),
+        "init_from_drafter": None if job.init_from_drafter is None else portable(job.init_from_drafter),
         "loss_over_draft_vocab": job.loss_over_draft_vocab,
         "trainable_params": sum(p.numel() for p in drafter.parameters() if p.requires_grad),
     }
     job.out_dir.mkdir(parents=True, exist_ok=True)
-    export_drafter(drafter, job.out_dir, getattr(torch, job.save_dtype), frozen=not job.slim)
+    export_drafter(drafter, job.out_dir, getattr(torch, job.save_dtype), frozen=not job.slim,
+                   draft_vocab=vocab_ids if job.loss_over_draft_vocab else None)
     trainer.write_log(result.wall_s, extra={"job": info})
     (job.out_dir / LOG_FILE).write_text((job.work_dir / LOG_FILE).read_text())
     write_card(job.out_dir, info)

@@ -19,6 +19,7 @@ from dspark.models.prompts import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_reliability
 from dspark.models.evaluation.run import EvalSettings, calibration_data, decode_all
 from dspark.models.decoding.engine import SpeculativeDecoder
+from dspark.models.portable_paths import portable
 from dspark.ops.arg_types import finite_float
 from dspark.ops.commands.decoding_args import add_model_args, add_sampling_args, load_models, sampling_params
 
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         prompts = [encode_chat(target.tokenizer, text) for text in part]
         generations, _ = decode_all(decoder, prompts, settings, target.eos_token_ids, f"rollouts ({name})")
         halves.append(calibration_data(generations))
-    dataset = ",".join(str(p) for p in args.prompts_file)
+    dataset = ",".join(portable(p) for p in args.prompts_file)
     result = calibrate(halves[0], halves[1], dataset)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     result.save(args.out)

@@ -31,6 +31,7 @@ from dspark.models.prompts import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, plot_speedup_bound
 from dspark.models.evaluation.run import warm_up
 from dspark.models.evaluation.speedup_bound import MIN_REACHED, ChainCosts, speedup_curve, speedup_report
+from dspark.models.portable_paths import portable
 from dspark.ops.commands.decoding_args import (add_model_args, add_verify_args, draft_vocab_size, dtype_name, load_models,
                                               startup_sps, verify_policy)
 
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     limits = speedup_limits(target.model, policy, drafter.config.gamma, summary, traces, speedup, args)
     (args.out / "demo.json").write_text(json.dumps({
-        "target": str(args.target), "drafter": str(args.drafter), "policy": policy.name, "drafting": args.drafting,
+        "target": portable(args.target), "drafter": portable(args.drafter), "policy": policy.name, "drafting": args.drafting,
         "drafter_dtype": dtype_name(drafter), "draft_vocab_size": draft_vocab_size(drafter),
         "cpu_linears": {"target": linear_plans(target.model), "drafter": linear_plans(drafter)},
         "tokens_per_s": speed,

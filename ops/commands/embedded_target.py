@@ -15,6 +15,7 @@ import torch
 
 from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root, load_corpus
 from dspark.models.embedded_target.train import TargetArchitecture, TrainSettings, train_target
+from dspark.models.portable_paths import portable
 from dspark.ops.arg_types import finite_float
 
 # option name -> (TargetArchitecture field, help)
@@ -70,10 +71,10 @@ def _from_options(args: argparse.Namespace, options: dict) -> dict:
 
 def reproduce_command(args: argparse.Namespace) -> str:
     """The command line with every option spelled out (unset budgets omitted)."""
-    parts = ["dspark embedded-target", f"--out {shlex.quote(str(args.out))}",
+    parts = ["dspark embedded-target", f"--out {shlex.quote(portable(args.out))}",
              f"--held-out-percent {args.held_out_percent}", f"--threads {args.threads}"]
     if args.stdlib is not None:
-        parts.append(f"--stdlib {shlex.quote(str(args.stdlib))}")
+        parts.append(f"--stdlib {shlex.quote(portable(args.stdlib))}")
     for name in (*ARCH_OPTIONS, *TRAIN_OPTIONS):
         value = getattr(args, name.replace("-", "_"))
         if value is not None:

@@ -20,6 +20,7 @@ from dspark.models.evaluation.plots import plot_acceptance, plot_reliability
 from dspark.models.evaluation.run import DEEPSPEC_SEED, EvalSettings, calibration_data, evaluate
 from dspark.models.evaluation.teacher_forced import teacher_forced_acceptance
 from dspark.models.errors import ConfigError
+from dspark.models.portable_paths import portable
 from dspark.ops.commands.decoding_args import (add_model_args, add_sampling_args, add_verify_args, dtype_name,
                                                load_models, sampling_params, verify_policy)
 
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             results[name]["teacher_forced"] = teacher_forced_acceptance(
                 target.model, drafter, prompts, args.max_new_tokens, target.eos_token_ids, args.batch_size).to_json()
         print(result_line(name, results[name]))
-    report = {"target": str(args.target), "drafter": str(args.drafter), "kind": drafter.config.kind,
+    report = {"target": portable(args.target), "drafter": portable(args.drafter), "kind": drafter.config.kind,
               "gamma": drafter.config.gamma, "drafter_dtype": dtype_name(drafter), "drafting": args.drafting,
               "settings": {k: v for k, v in vars(args).items() if k in SETTINGS},
               "datasets": results, "macro_tau": sum(r["tau"] for r in results.values()) / len(results)}

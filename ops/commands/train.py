@@ -31,6 +31,7 @@ from dspark.models.training.data import SOURCES, DataConfig
 from dspark.models.target_io import computes_bf16_natively
 from dspark.models.training.run import DrafterSpec, TrainJob, train_job
 from dspark.models.training.trainer import DistContext, TrainConfig
+from dspark.models.portable_paths import portable
 from dspark.ops.arg_types import finite_float
 
 DEFAULT_DATA_CACHE = Path.home() / ".cache" / "dspark" / "train-data"
@@ -135,9 +136,9 @@ def reproduce_command(parser: argparse.ArgumentParser, args: argparse.Namespace)
         if value is True:
             parts.append(flag)
         elif isinstance(value, list):
-            parts += [flag, *map(str, value)]
+            parts += [flag, *map(portable, value)]
         else:
-            parts += [flag, str(value)]
+            parts += [flag, portable(value)]
     return shlex.join(parts)
 
 

@@ -36,6 +36,7 @@ from dspark.models.evaluation.paired import format_ratio
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_load, plot_sps
 from dspark.models.evaluation.scheduling import NO_SPEC, LoadSettings, measure_load, with_no_spec_ratio
 from dspark.models.evaluation.simulate import SIMULATION, extend_sps, fit_cost, simulate, simulate_no_spec
+from dspark.models.portable_paths import portable
 from dspark.ops.arg_types import finite_float
 from dspark.ops.commands.decoding_args import add_drafting_arg, add_model_args, dtype_name, load_models
 
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         print("no measured round verified all gamma drafts, so there are no acceptance traces: simulation skipped "
               "(raise --max-new-tokens)")
     simulated = simulate_all(measured, traces, chosen, sps, gamma, args.simulate_to, args.seed)
-    report = {"target": str(args.target), "drafter": str(args.drafter), "gamma": gamma,
+    report = {"target": portable(args.target), "drafter": portable(args.drafter), "gamma": gamma,
               "sampling": vars(sampling), "max_new_tokens": args.max_new_tokens, "threads": args.threads,
               "repeats": args.repeats, "drafting": args.drafting, "drafter_dtype": dtype_name(drafter),
               "sps_table": sps.to_json(), "simulated": simulated,

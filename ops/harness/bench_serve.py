@@ -37,6 +37,7 @@ from dspark.models.prompts import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_load
 from dspark.models.evaluation.scheduling import NO_SPEC
 from dspark.models.target_io import load_target_config
+from dspark.models.portable_paths import portable
 from dspark.ops.harness.served_workload import add_workload_args, answer_all
 
 SKIPPED = re.compile(r"^dspark_draft_skipped_rounds_total (\S+)$", re.MULTILINE)
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     rows, reference = no_spec_runs(args, prompts, base, cpu)
     rows += dspark_runs(args, prompts, base, cpu, reference, gamma)
-    report = {"target": str(args.target), "drafter": str(args.drafter), "prompts_file": str(args.prompts_file),
+    report = {"target": portable(args.target), "drafter": portable(args.drafter), "prompts_file": portable(args.prompts_file),
               "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "device": "cpu" if cpu else "cuda",
               "gamma": gamma, "runs": rows}
     (args.out / "serve.json").write_text(json.dumps(report, indent=1) + "\n")

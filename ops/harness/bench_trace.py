@@ -25,6 +25,7 @@ from dspark.models.decoding.settings import default_of
 from dspark.models.errors import ConfigError
 from dspark.models.prompts import encode_chat, load_prompts
 from dspark.models.target_io import load_target_config
+from dspark.models.portable_paths import portable
 from dspark.ops.harness.served_workload import add_workload_args, answer_all
 from dspark.ops.otlp_sink import OtlpReceiver
 
@@ -102,7 +103,7 @@ def summarize(runs: list[dict], args, spans: int, cpu: bool) -> dict:
     mean = {mode: {key: statistics.fmean(r[key] for r in runs if r["mode"] == mode)
                    for key in ("goodput_tok_s", "tau", "round_ms")} for mode in MODES}
     identical = all(r["outputs"] == runs[0]["outputs"] for r in runs)
-    return {"target": str(args.target), "drafter": str(args.drafter), "prompts": args.limit,
+    return {"target": portable(args.target), "drafter": portable(args.drafter), "prompts": args.limit,
             "max_new_tokens": args.max_new_tokens, "concurrency": args.concurrency, "repeats": args.repeats,
             "device": "cpu" if cpu else "cuda", "trace_round_ratio": default_of("trace_round_ratio"), "spans_received": spans, "mean": mean,
             "goodput_ratio": mean["traced"]["goodput_tok_s"] / mean["untraced"]["goodput_tok_s"],
@@ -127,9 +128,7 @@ def markdown(report: dict) -> str:
 
 
 def plot(runs: list[dict], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from dspark.models.evaluation.plots import plt, save  # matplotlib only when plotting
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for mode in MODES:
@@ -139,6 +138,4 @@ def plot(runs: list[dict], path: Path) -> None:
     ax.set_ylabel("goodput (tokens/s)")
     ax.set_title("DSpark on SGLang: tracing on vs off")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)

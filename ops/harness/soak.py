@@ -332,10 +332,7 @@ def summarize(soak: Soak, healthy: bool) -> dict:
 
 
 def plot(report: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from dspark.models.evaluation.plots import plt, save  # matplotlib only when plotting
 
     fig, (speed, memory) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     if report["tokens_per_s"]:
@@ -348,9 +345,7 @@ def plot(report: dict, path: Path) -> None:
         memory.plot(*zip(*report["rss_mb"]))
     memory.set_ylabel("server RSS (MiB)")
     memory.set_xlabel("seconds")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def run(args: argparse.Namespace) -> int:

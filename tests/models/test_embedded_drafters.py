@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from dspark.models.checkpoint import load_drafter
+from dspark.models.checkpoint import load_drafter, stores_frozen_weights
 from dspark.models.target_features import capture_target_features
 from dspark.models.target_io import target_fingerprint
 
@@ -25,7 +25,8 @@ def target():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_committed_drafter_fits_the_target_and_proposes_a_block(kind, target):
-    drafter = load_drafter(EMBEDDED / kind, target.config, dtype=torch.float32)
+    assert not stores_frozen_weights(EMBEDDED / kind)  # slim: the target's embedding and lm_head are shared
+    drafter = load_drafter(EMBEDDED / kind, target.config, target_model=target, dtype=torch.float32)
     cfg = drafter.config
     assert cfg.kind == kind
     if kind == "dspark":

@@ -38,7 +38,7 @@ def embedded_tokenizer():
 
 @pytest.fixture(scope="session")
 def embedded_drafters(embedded_target):
-    return {kind: load_drafter(EMBEDDED / kind, embedded_target.config, dtype=torch.float32) for kind in KINDS}
+    return {kind: load_drafter(EMBEDDED / kind, target_model=embedded_target, dtype=torch.float32) for kind in KINDS}
 
 
 @pytest.fixture(scope="session")

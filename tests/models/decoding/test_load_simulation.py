@@ -99,7 +99,7 @@ def test_the_simulated_planner_weighs_admissions_against_the_whole_step():
 @pytest.fixture(scope="module")
 def dspark(embedded_target):
     from dspark.models.checkpoint import load_drafter
-    return load_drafter(EMBEDDED / "dspark", embedded_target.config, dtype=torch.float32)
+    return load_drafter(EMBEDDED / "dspark", target_model=embedded_target, dtype=torch.float32)
 
 
 def test_measured_level_and_traces(embedded_target, dspark, prompts):
