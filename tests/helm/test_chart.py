@@ -204,7 +204,7 @@ def test_the_dashboard_ships_with_the_chart(render):
 
 @pytest.mark.parametrize("source, flags, path, volume", [
     ("hub", ["--set", "target.hubId=Qwen/Qwen3-8B", "--set", "target.revision=v1"], "/models/hub/Qwen/Qwen3-8B/v1",
-     {"name": "hub-cache", "persistentVolumeClaim": {"claimName": "dspark-hub-cache"}}),
+     {"name": "hub-cache", "emptyDir": {"sizeLimit": "100Gi"}}),  # the default surge pod: a download per pod
     ("pvc", ["--set", "target.claimName=models", "--set", "target.path=qwen3-8b"], "/models/target/qwen3-8b",
      {"name": "target-model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}),
     ("image", ["--set", "target.path=/opt/models/qwen"], "/opt/models/qwen", None),

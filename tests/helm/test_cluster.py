@@ -7,9 +7,11 @@ Prometheus operator's CRDs, so the chart's capability guards are exercised for r
 from __future__ import annotations
 
 import base64
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -84,9 +86,12 @@ def test_make_deploy_installs_the_gpu_example_onto_the_gpu_node(plane):
     pods = server_pods(plane)
     assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {GPU_NODE}
     assert all(pod_ready(p) for p in pods)
+    # the API server's own verdict: requests equal limits in every container, init containers included
+    assert {p["status"]["qosClass"] for p in pods} == {"Guaranteed"}
     router = plane.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=router")["items"]
-    assert [p["spec"]["nodeName"] for p in router] == [CPU_NODE]  # no GPU toleration: not on the GPU node
-    assert plane.get("pvc", "-n", NAMESPACE, "dspark-hub-cache")["status"]["phase"] == "Bound"
+    assert {p["spec"]["nodeName"] for p in router} == {CPU_NODE}  # no GPU toleration: not on the GPU node
+    # two replicas download into a volume each: no ReadWriteOnce claim that a second node could not attach
+    assert plane.get("pvc", "-n", NAMESPACE)["items"] == []
 
 
 def test_capability_guards_leave_out_what_the_cluster_does_not_serve(plane):
@@ -152,7 +157,7 @@ def test_a_value_change_rolls_a_new_replica_set_and_keeps_the_admin_tokens(plane
 def test_the_sps_job_stores_its_table_with_only_its_own_rbac(plane, tmp_path):
     """The Job's `store` container, run here as the Job's ServiceAccount against this API server (its pod
     cannot run: no kubelet); the profile it stores is a stand-in file."""
-    job = plane.get("job", "-n", NAMESPACE, "dspark-sps-profile")
+    (job,) = sps_jobs(plane)
     pod = eventually(lambda: plane.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=sps-profile")[
         "items"], "the SPS Job started no pod")
     assert pod[0]["spec"]["nodeName"] == GPU_NODE
@@ -176,6 +181,42 @@ def test_the_sps_job_stores_its_table_with_only_its_own_rbac(plane, tmp_path):
     assert {"name": "sps", "configMap": {"name": "dspark-sps", "optional": True, "defaultMode": 420}} in served
 
 
+def sps_jobs(plane: ControlPlane) -> list[dict]:
+    return plane.get("job", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=sps-profile")["items"]
+
+
+def upgrade_with(plane: ControlPlane, chart: Path, *flags: str) -> subprocess.CompletedProcess:
+    """make deploy's helm upgrade, with a chart of our own."""
+    return subprocess.run(["helm", "upgrade", "--install", RELEASE, str(chart), "-n", NAMESPACE, "--values",
+                           str(GPU_VALUES), "--rollback-on-failure", "--wait", "--timeout", "5m", *flags],
+                          env=plane.env(), text=True, capture_output=True)
+
+
+def test_the_sps_job_survives_a_chart_version_bump_and_an_image_bump(plane, tmp_path):
+    """A Job's pod template is immutable (helm/helm#7725): an upgrade to a new chart version, and then to a new
+    image, with spsProfile.enabled must succeed, and a new image means a new Job (the old one is deleted)."""
+    chart = tmp_path / "dspark"
+    shutil.copytree(CHART, chart)
+    meta = chart / "Chart.yaml"
+    meta.write_text(meta.read_text().replace("version: 0.1.0", "version: 0.1.1").replace(
+        'appVersion: "0.1.0"', 'appVersion: "0.1.1"'))
+    sps = ("--set", "settings.policy=lagged", "--set", "spsProfile.enabled=true")
+    (before,) = sps_jobs(plane)
+    bumped = upgrade_with(plane, chart, *sps)
+    assert bumped.returncode == 0, bumped.stderr
+    (same,) = sps_jobs(plane)
+    assert same["metadata"]["uid"] == before["metadata"]["uid"]  # its pod would run the same: not re-run
+    assert same["metadata"]["labels"]["helm.sh/chart"] == "dspark-0.1.1"
+    new_image = upgrade_with(plane, chart, *sps, "--set", "image.tag=0.1.1-sglang0.5.23")
+    assert new_image.returncode == 0, new_image.stderr
+    jobs = eventually(lambda: [j for j in sps_jobs(plane) if not j["metadata"].get("deletionTimestamp")]
+                      if len(sps_jobs(plane)) == 1 else None, "the old SPS Job was never deleted")
+    (job,) = jobs
+    assert job["metadata"]["name"] != before["metadata"]["name"]
+    (profile,) = [c for c in job["spec"]["template"]["spec"]["initContainers"] if c["name"] == "profile"]
+    assert profile["image"].endswith(":0.1.1-sglang0.5.23")
+
+
 def test_rollback_returns_to_the_first_revisions_pods(plane):
     subprocess.run(["helm", "rollback", RELEASE, "1", "-n", NAMESPACE, "--wait", "--timeout", "5m"], env=plane.env(),
                    check=True, capture_output=True)
@@ -188,8 +229,7 @@ def test_rollback_returns_to_the_first_revisions_pods(plane):
 def test_a_release_asking_for_more_gpus_than_exist_stays_pending_and_is_undone(plane):
     greedy = subprocess.Popen(
         ["make", "--no-print-directory", "deploy", f"NAMESPACE={NAMESPACE}", "RELEASE=greedy", f"VALUES={GPU_VALUES}",
-         "DEPLOY_TIMEOUT=40s", "HELM_FLAGS=--set gpu.count=16 --set replicaCount=1 --set router.enabled=false "
-         "--set hub.cache.existingClaim=dspark-hub-cache"],
+         "DEPLOY_TIMEOUT=40s", "HELM_FLAGS=--set gpu.count=16 --set replicaCount=1 --set router.enabled=false"],
         cwd=REPO, env=plane.env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         pod = eventually(lambda: next(iter(server_pods(plane, "greedy")), None), "the greedy release made no pod")
@@ -198,7 +238,7 @@ def test_a_release_asking_for_more_gpus_than_exist_stays_pending_and_is_undone(p
         def unschedulable():
             status = plane.get("pod", "-n", NAMESPACE, name)["status"]
             return next((c for c in status.get("conditions", []) if c["type"] == "PodScheduled"
-                         and c.get("reason") == "Unschedulable"), None)
+                         and c.get("reason") == "Unschedulable" and "nvidia.com/gpu" in c["message"]), None)
         condition = eventually(unschedulable, "the scheduler never reported the pod unschedulable")
         assert "Insufficient nvidia.com/gpu" in condition["message"]
         assert plane.get("pod", "-n", NAMESPACE, name)["status"]["phase"] == "Pending"
@@ -211,6 +251,8 @@ def test_a_release_asking_for_more_gpus_than_exist_stays_pending_and_is_undone(p
     # --rollback-on-failure on a first install: the release is uninstalled again
     status = subprocess.run(["helm", "status", "greedy", "-n", NAMESPACE], env=plane.env(), capture_output=True)
     assert status.returncode != 0
+    # one pod at a time (replicaCount 1, maxSurge 0): its downloads went to a claim, which the uninstall keeps
+    assert plane.get("pvc", "-n", NAMESPACE, "greedy-dspark-hub-cache")["spec"]["accessModes"] == ["ReadWriteOnce"]
 
 
 def test_make_undeploy_removes_the_release_but_keeps_the_downloaded_models(plane):
@@ -219,4 +261,4 @@ def test_make_undeploy_removes_the_release_but_keeps_the_downloaded_models(plane
     assert plane.get("deploy,svc,networkpolicy,role,sa", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=dspark")[
         "items"] == []
     eventually(lambda: server_pods(plane) == [], "the serving pods were never deleted")
-    assert plane.get("pvc", "-n", NAMESPACE, "dspark-hub-cache")["status"]["phase"] == "Bound"  # resource-policy keep
+    assert plane.get("pvc", "-n", NAMESPACE, "greedy-dspark-hub-cache")["status"]["phase"] == "Bound"  # resource-policy keep

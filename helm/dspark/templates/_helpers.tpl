@@ -56,6 +56,37 @@ app.kubernetes.io/component: router
 {{- .Values.hub.cache.existingClaim | default (printf "%s-hub-cache" (include "dspark.fullname" .)) -}}
 {{- end -}}
 
+{{/* Why the release can run more than one serving pod at a time (empty: it cannot): each one would mount the
+     hub cache, and a claim that is not ReadWriteMany attaches to one node only. */}}
+{{- define "dspark.manyPods" -}}
+{{- $v := .Values -}}
+{{- if $v.lws.enabled -}}
+lws.enabled (lws.size pods per group)
+{{- else if gt (int $v.replicaCount) 1 -}}
+replicaCount={{ $v.replicaCount }}
+{{- else if ne $v.autoscaling.kind "none" -}}
+autoscaling.kind={{ $v.autoscaling.kind }}
+{{- else if not (has (toString $v.rollingUpdate.maxSurge) (list "0" "0%")) -}}
+rollingUpdate.maxSurge={{ $v.rollingUpdate.maxSurge }} (a surge pod beside the old one)
+{{- end -}}
+{{- end -}}
+
+{{/* The serving pods' hub cache: "claim" or "emptyDir" (hub.cache.volume; auto: a claim only when one pod at a
+     time, or every pod, can mount it). A claim that more pods mount than its access mode allows is refused. */}}
+{{- define "dspark.hubCacheVolume" -}}
+{{- $c := .Values.hub.cache -}}
+{{- $many := include "dspark.manyPods" . -}}
+{{- $shared := eq $c.accessMode "ReadWriteMany" -}}
+{{- $volume := $c.volume -}}
+{{- if eq $volume "auto" -}}
+{{- $volume = ternary "claim" "emptyDir" (or (not $many) $shared (ne $c.existingClaim "")) -}}
+{{- end -}}
+{{- if and (eq $volume "claim") $many (not $shared) -}}
+{{- fail (printf "hub.cache.accessMode is %s, but more than one pod mounts the hub cache claim (%s): a pod on a second node would hang attaching it. Set hub.cache.accessMode=ReadWriteMany (a claim on storage that offers it) or hub.cache.volume=emptyDir (a download per pod)" $c.accessMode $many) -}}
+{{- end -}}
+{{- $volume -}}
+{{- end -}}
+
 {{/* Where a model (dict: m = target/drafter values, role) is inside the container. */}}
 {{- define "dspark.modelPath" -}}
 {{- $m := .m -}}
@@ -225,13 +256,13 @@ schedulerName: {{ . }}
 {{- end }}
 {{- end -}}
 
-{{/* CPU/memory from .Values.resources plus the accelerator; quantities quoted (server-side apply on 1.20
-     rejects a bare number for an extended resource). */}}
+{{/* A container's resources; .root and .resources (requests, limits), plus the accelerator when .gpu; quantities
+     quoted (server-side apply on 1.20 rejects a bare number for an extended resource). */}}
 {{- define "dspark.resources" -}}
-{{- $v := .Values -}}
-{{- $requests := deepCopy ($v.resources.requests | default dict) -}}
-{{- $limits := deepCopy ($v.resources.limits | default dict) -}}
-{{- if gt (int $v.gpu.count) 0 -}}
+{{- $v := .root.Values -}}
+{{- $requests := deepCopy (.resources.requests | default dict) -}}
+{{- $limits := deepCopy (.resources.limits | default dict) -}}
+{{- if and .gpu (gt (int $v.gpu.count) 0) -}}
 {{- $_ := set $requests $v.gpu.resourceName ($v.gpu.count | toString) -}}
 {{- $_ := set $limits $v.gpu.resourceName ($v.gpu.count | toString) -}}
 {{- end -}}

@@ -75,7 +75,7 @@ containers:
       timeoutSeconds: {{ $v.probes.liveness.timeoutSeconds }}
       failureThreshold: {{ $v.probes.liveness.failureThreshold }}
     {{- end }}
-    {{- with include "dspark.resources" $root }}
+    {{- with include "dspark.resources" (dict "root" $root "resources" $v.resources "gpu" true) }}
     resources:
       {{- . | nindent 6 }}
     {{- end }}
@@ -108,7 +108,7 @@ volumes:
   - {name: cache, emptyDir: {}}
   - {name: home, emptyDir: {}}
   - {name: tmp, emptyDir: {}}
-  {{- with include "dspark.modelVolumes" (dict "root" $root "roles" (list "target" "drafter")) | trim }}
+  {{- with include "dspark.modelVolumes" (dict "root" $root "roles" (list "target" "drafter") "claim" (eq (include "dspark.hubCacheVolume" $root) "claim")) | trim }}
   {{- . | nindent 2 }}
   {{- end }}
   {{- if and $v.admin.enabled (not .worker) }}
@@ -163,6 +163,8 @@ volumes:
     - {{ include "dspark.modelPath" (dict "m" $m "role" $role) }}
   env:
     {{- include "dspark.hubEnv" $root | nindent 4 }}
+  resources:
+    {{- include "dspark.resources" (dict "root" $root "resources" $v.helperResources) | nindent 4 }}
   securityContext:
     {{- include "dspark.containerSecurityContext" $root | nindent 4 }}
   volumeMounts:
@@ -185,11 +187,16 @@ volumes:
 {{- end }}
 {{- end -}}
 
+{{/* .claim: the hub cache is the claim (dspark.hubCacheVolume), else a download per pod into an emptyDir. */}}
 {{- define "dspark.modelVolumes" -}}
 {{- $v := .root.Values -}}
 {{- if include "dspark.hubRoles" . }}
 - name: hub-cache
+  {{- if .claim }}
   persistentVolumeClaim: {claimName: {{ include "dspark.hubCacheClaim" .root }}}
+  {{- else }}
+  emptyDir: {sizeLimit: {{ $v.hub.cache.size }}}
+  {{- end }}
 {{- end }}
 {{- range $role := .roles }}
 {{- $m := index $v $role }}
