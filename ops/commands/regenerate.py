@@ -1,0 +1,90 @@
+"""`dspark regenerate`: the target rewrites every assistant turn of a conversations file (docs/training.md).
+
+    dspark regenerate --input chats.jsonl --out regen.jsonl --target DIR                  # SGLang's offline Engine
+    dspark regenerate --input chats.jsonl --out regen.jsonl --endpoint http://host:30000  # any OpenAI-compatible one
+    dspark train --target DIR --drafter dspark --data regen.jsonl ...
+
+Input: JSONL in ShareGPT, OpenAI messages or plain prompts layout (models/training/conversations.py). Output:
+one record a conversation, appended as each finishes; run the same command again after a kill and it continues
+with the conversations not yet written (models/training/regenerate.py). Arguments after `--` go to SGLang's
+Engine unchanged (e.g. `-- --dp-size 8` for data parallelism over 8 GPUs).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+from dspark.models.errors import ConfigError
+from dspark.models.training.conversations import read_conversations
+from dspark.models.training.regenerate import ReplySampling, regenerate
+from dspark.ops.arg_types import finite_float
+
+DEFAULT_CONCURRENCY = 64
+SAMPLING_TYPES = {"temperature": finite_float, "top_p": finite_float, "top_k": int, "max_new_tokens": int}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("regenerate", help="the target rewrites every assistant turn of a conversations "
+                                   "file (training data for `dspark train --data`)",
+                                   description=__doc__.splitlines()[0])
+    parser.add_argument("--input", type=Path, required=True, help="JSONL: ShareGPT, OpenAI messages or prompts")
+    parser.add_argument("--out", type=Path, required=True, help="JSONL output (appended to; a rerun resumes)")
+    backend = parser.add_mutually_exclusive_group(required=True)
+    backend.add_argument("--target", type=Path, help="run SGLang's offline Engine on this model directory")
+    backend.add_argument("--endpoint", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--model", default=None, help="--endpoint: the model name (default: its first model)")
+    parser.add_argument("--api-key-file", type=Path, default=None, help="--endpoint: a file holding its API key")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                        help="--target: where the Engine runs (default: cuda if available)")
+    parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="conversations in flight")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N conversations of --input")
+    defaults = ReplySampling()
+    for field in fields(ReplySampling):
+        parser.add_argument(f"--{field.name.replace('_', '-')}", type=SAMPLING_TYPES[field.name],
+                            default=getattr(defaults, field.name), help=f"default {getattr(defaults, field.name)}")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("engine_args", nargs=argparse.REMAINDER, help="after --: arguments for SGLang's Engine")
+    parser.set_defaults(func=handle)
+
+
+def make_backend(args: argparse.Namespace):
+    from dspark.integration.reply_backends import OfflineEngine, OpenAIChatEndpoint
+
+    extra = [a for a in args.engine_args if a != "--"]
+    if args.endpoint is not None:
+        if extra:
+            raise ConfigError("arguments after -- go to SGLang's Engine (--target), not to an --endpoint")
+        key = args.api_key_file.read_text().strip() if args.api_key_file else None
+        return OpenAIChatEndpoint(args.endpoint, args.model, key)
+    if not args.target.is_dir():
+        raise ConfigError(f"--target {args.target} is not a model directory")
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return OfflineEngine(args.target, cpu=device == "cpu", extra_args=extra)
+
+
+async def run(args: argparse.Namespace, sampling: ReplySampling, conversations) -> None:
+    backend = make_backend(args)
+    try:
+        summary = await regenerate(conversations, backend, args.out, sampling, args.concurrency,
+                                   progress=not args.no_progress)
+    finally:
+        await backend.close()
+    print(f"wrote {args.out}: {summary.conversations} conversations regenerated ({summary.skipped} already there), "
+          f"{summary.reply_tokens} reply tokens in {summary.wall_s:.1f} s, {summary.tokens_per_s:.1f} tokens/s")
+
+
+def handle(args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {args.limit}")
+    if args.api_key_file is not None and args.endpoint is None:
+        raise ConfigError("--api-key-file is read with --endpoint only")
+    sampling = ReplySampling(**{f.name: getattr(args, f.name) for f in fields(ReplySampling)})
+    conversations = read_conversations(args.input)[: args.limit]
+    asyncio.run(run(args, sampling, conversations))
+    return 0

@@ -1,0 +1,45 @@
+"""The regenerated file a killed run leaves is resumed without duplicates, and never mixed across settings."""
+import json
+from dataclasses import asdict
+
+import pytest
+
+from dspark.models.errors import ConfigError
+from dspark.models.training.regenerate import ReplySampling, done_indices, read_regenerated
+
+SAMPLING = asdict(ReplySampling())
+
+
+def record(index: int, sampling=SAMPLING) -> str:
+    messages = [{"role": "user", "content": f"q{index}"}, {"role": "assistant", "content": f"a{index}"}]
+    return json.dumps({"index": index, "messages": messages, "reply_tokens": 1, "sampling": sampling}) + "\n"
+
+
+def test_a_cut_last_line_is_dropped_and_the_file_stays_appendable(tmp_path):
+    out = tmp_path / "out.jsonl"
+    out.write_text(record(3) + record(0) + record(1)[:20])
+    assert done_indices(out, 4, SAMPLING) == {0, 3}
+    assert out.read_text() == record(3) + record(0), "the cut line is gone, the complete ones stay"
+    with out.open("a") as sink:
+        sink.write(record(1))
+    assert [m[0]["content"] for m in read_regenerated(out)] == ["q0", "q1", "q3"], "read back in input order"
+
+
+@pytest.mark.parametrize("lines, message", [
+    ([record(0), record(0)], "has index 0"),
+    ([record(9)], "has index 9"),
+    ([record(0, {**SAMPLING, "temperature": 0.0})], "sampled with"),
+    (["{}\n"], "not a regenerated record"),
+])
+def test_a_file_that_is_not_this_run_s_is_refused(tmp_path, lines, message):
+    out = tmp_path / "out.jsonl"
+    out.write_text("".join(lines))
+    with pytest.raises(ConfigError, match=message):
+        done_indices(out, 4, SAMPLING)
+
+
+@pytest.mark.parametrize("field, value", [("temperature", -1.0), ("top_p", 0.0), ("top_k", -1),
+                                          ("max_new_tokens", 0)])
+def test_sampling_bounds_name_the_flag(field, value):
+    with pytest.raises(ConfigError, match=f"--{field.replace('_', '-')} must be in"):
+        ReplySampling(**{field: value})
