@@ -1,5 +1,6 @@
 """The documents a training job reads: the corpus's files, or the chat prompts (the built-in generated set and a
-prompts file's first user turns) in the target's chat template, each split train / held-out by a stable hash."""
+prompts file's first user turns, or a --data file's first user turns) in the target's chat template, each split
+train / held-out by a stable hash."""
 from __future__ import annotations
 
 import hashlib
@@ -10,6 +11,7 @@ from dspark.models.embedded_target.corpus import Corpus, is_held_out
 from dspark.models.errors import ConfigError
 from dspark.models.prompts import read_turns
 from dspark.models.training.chat_prompts import generate_chat_prompts
+from dspark.models.training.regenerate import read_regenerated
 
 BUILTIN_CHAT_PROMPTS = 6000  # size of the generated prompt set when no --prompts-file is given (seed 0)
 
@@ -41,8 +43,19 @@ def chat_prompt_texts(job: "TrainJob", corpus: Corpus) -> tuple[list[str], str]:
     return list(dict.fromkeys(texts)), " and ".join(sources)
 
 
+def file_first_turns(conversations: list[list[dict]]) -> list[str]:
+    """The first user turn of each conversation: what splits a --data file train / held-out, and what the
+    held-out check prompts the target with."""
+    return [next(m["content"] for m in messages if m["role"] == "user") for messages in conversations]
+
+
 def job_documents(job: "TrainJob", tokenizer, corpus: Corpus):
     """(split -> token documents, description of the chat prompts, their data-cache key part) for the job."""
+    if job.data_file is not None:
+        texts = file_first_turns(read_regenerated(job.data_file))
+        key = {"data_file_sha256": hashlib.sha256(job.data_file.read_bytes()).hexdigest()}
+        return ((lambda split: chat_documents(texts, tokenizer, corpus.held_out_percent, split)),
+                f"regenerated conversations of {job.data_file}", key)
     if job.data.source != "chat":
         return (lambda split: corpus_documents(corpus, tokenizer, split)), "", {}
     texts, prompts_source = chat_prompt_texts(job, corpus)

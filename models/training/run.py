@@ -30,17 +30,19 @@ import torch
 
 from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
 from dspark.models.drafters.draft_vocab import load_draft_vocab
-from dspark.models.embedded_target.corpus import load_corpus
+from dspark.models.embedded_target.corpus import is_held_out, load_corpus
 from dspark.models.errors import ConfigError
 from dspark.models.target_io import load_frozen_target, load_target_config, target_fingerprint
 from dspark.models.training.data import DataConfig, TokenDataset, build_dataset, load_dataset, save_dataset
-from dspark.models.training.documents import job_documents
+from dspark.models.training.conversation_data import conversations_dataset
+from dspark.models.training.documents import file_first_turns, job_documents
 from dspark.models.training.export import (config_json, dataset_stats, describe_data, export_drafter, write_card,
                                            write_draft_vocab)
 from dspark.models.training.evaluate import greedy_acceptance
 from dspark.models.training.feature_cache import (CachedFeatures, compute_features, feature_cache_path, load_features,
                                                   save_features)
 from dspark.models.training.losses import DFLASH_LOSS, DSPARK_LOSS
+from dspark.models.training.regenerate import read_regenerated
 from dspark.models.training.tasks import BlockTask, Eagle3Task, TrainTask
 from dspark.models.training.drafter_init import check_same_drafter, init_from_drafter
 from dspark.models.training.target_init import init_from_target
@@ -127,6 +129,7 @@ class TrainJob:
     slim: bool = False  # export without the frozen embedding / lm_head copies
     resume: bool = False
     mask_token_id: int | None = None  # default: the tokenizer's mask token
+    data_file: Path | None = None  # regenerated conversations (`dspark regenerate`) to train on, instead of `data`
     prompts_file: Path | None = None  # chat source: {"turns": [...]} records; None: the built-in generated set
     builtin_prompts: int | None = None  # chat source: how many built-in prompts too (None: all without a file, else 0)
     feature_cache_dir: Path | None = None  # cache the target's outputs here once; None: a target forward per step
@@ -173,6 +176,17 @@ def cached_target_features(target, dataset: TokenDataset, layer_ids: tuple[int, 
     return features
 
 
+def file_dataset(job: TrainJob, tokenizer, held_out_percent: int, eos_id: int) -> TokenDataset:
+    """The training split of the --data file's conversations as samples (conversation_data.py)."""
+    conversations = read_regenerated(job.data_file)
+    train = [c for c, text in zip(conversations, file_first_turns(conversations))
+             if not is_held_out(text, held_out_percent)]
+    if not train:
+        raise ConfigError(f"--data {job.data_file}: every conversation falls in the held-out split")
+    return conversations_dataset(train, tokenizer, job.data.prompt_len, job.data.response_len, eos_id,
+                                 str(job.data_file))
+
+
 def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     """Run the job; rank 0 returns the card info (also written to out_dir), other ranks None."""
     target_config, tokenizer = load_target_config(job.target_dir)
@@ -190,8 +204,12 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     key.update(prompts_key)
     # bf16 generation samples from (slightly) different logits: its data is cached under its own key.
     train_key = {**key, "generation_autocast": "bfloat16"} if job.train.bf16 else key
-    with bf16_autocast(job.train.bf16, dist.device):
-        dataset = cached_dataset(documents("train"), job.data, target, eos_id, train_key, job.data_cache_dir, dist)
+    if job.data_file is not None:
+        dataset = file_dataset(job, tokenizer, corpus.held_out_percent, eos_id)
+    else:
+        with bf16_autocast(job.train.bf16, dist.device):
+            dataset = cached_dataset(documents("train"), job.data, target, eos_id, train_key, job.data_cache_dir,
+                                     dist)
     if dist.is_main:
         vocab_path = write_draft_vocab(job, dataset, target_config.vocab_size)
     if job.only_draft_vocab:
@@ -217,7 +235,7 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         return None
     held_out = None
     if job.eval_samples:
-        eval_source = "chat" if job.data.source == "chat" else "generations"
+        eval_source = "chat" if job.data.source == "chat" or job.data_file is not None else "generations"
         eval_cfg = dataclasses.replace(job.data, source=eval_source, num_samples=job.eval_samples, temperature=0.0)
         eval_key = {**key, "data": asdict(eval_cfg), "split": "held_out"}
         eval_set = cached_dataset(documents("held_out"), eval_cfg, target, eos_id, eval_key,
@@ -225,7 +243,8 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         held_out = greedy_acceptance(drafter, target, eval_set, config.target_layer_ids, vocab_ids=vocab_ids).to_json()
     info = {
         "kind": config.kind, "target": portable(job.target_dir), "target_sha256": fingerprint,
-        "drafter_config": config_json(config), "data_summary": describe_data(job.data, corpus, prompts_source),
+        "drafter_config": config_json(config),
+        "data_summary": describe_data(job.data, corpus, prompts_source, job.data_file is not None),
         **dataset_stats(dataset),
         "steps": result.steps, "wall_s": round(result.wall_s, 1), "stopped_early": result.stopped_early,
         "final_terms": result.final_terms, "log_every": job.train.log_every, "device": str(dist.device),

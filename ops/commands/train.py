@@ -85,6 +85,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--data-source", choices=SOURCES, default="generations",
                       help="generations: the target continues stdlib windows; corpus: the windows themselves; "
                            "chat: the target replies to chat prompts in its chat template")
+    data.add_argument("--data", type=Path, default=None, metavar="FILE",
+                      help="train on these regenerated conversations (`dspark regenerate` output) instead of "
+                           "generating replies: loss on every assistant turn, --prompt-len tokens at most before the "
+                           "first reply (longer prompts cut from the left), --prompt-len + --response-len in all")
     data.add_argument("--prompts-file", type=Path, default=None,
                       help="chat source: .jsonl of {\"turns\": [...]} records (default: the built-in generated set), "
                            "e.g. user turns the target wrote itself (`dspark self-chat`)")
@@ -173,6 +177,12 @@ def build_job(args: argparse.Namespace) -> TrainJob:
     if args.builtin_prompts is not None and (args.builtin_prompts < 0 or
                                              (args.builtin_prompts == 0 and args.prompts_file is None)):
         raise ConfigError(f"--builtin-prompts must be >= 1, or 0 with a --prompts-file; got {args.builtin_prompts}")
+    if args.data is not None and not args.data.is_file():
+        raise ConfigError(f"--data {args.data} does not exist")
+    if args.data is not None and (args.prompts_file is not None or args.builtin_prompts is not None
+                                  or args.data_source != "generations"):
+        raise ConfigError("--data is the training data: it takes no --prompts-file, --builtin-prompts or "
+                          "--data-source")
     if args.init_from_drafter is not None and args.init_from_target:
         raise ConfigError("--init-from-drafter and --init-from-target are two starting points: give one")
     if args.init_from_drafter is not None and not args.init_from_drafter.is_dir():
@@ -198,7 +208,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
         target_dir=args.target, out_dir=args.out, work_dir=args.work_dir or args.out / "work", spec=spec, data=data,
         train=train, stdlib_root=args.stdlib or default_stdlib_root(), held_out_percent=args.held_out_percent,
         data_cache_dir=args.data_cache, eval_samples=args.eval_samples, save_dtype=args.save_dtype, slim=args.slim,
-        resume=args.resume, mask_token_id=args.mask_token_id, prompts_file=args.prompts_file,
+        resume=args.resume, mask_token_id=args.mask_token_id, data_file=args.data, prompts_file=args.prompts_file,
         builtin_prompts=args.builtin_prompts,
         feature_cache_dir=args.feature_cache, init_from_target=args.init_from_target,
         init_from_drafter=args.init_from_drafter,

@@ -1,0 +1,42 @@
+"""`dspark train --data FILE` trains on regenerated conversations end to end (the embedded target, a few steps)."""
+import json
+
+from dspark.ops.cli import main
+
+from tests.paths import EMBEDDED_TARGET
+
+
+def regenerated_file(path, count: int):
+    """Records as `dspark regenerate` writes them: two-turn conversations, replies of the target's kind."""
+    with path.open("w") as sink:
+        for i in range(count):
+            messages = [{"role": "user", "content": f"def read_{i}(path):"},
+                        {"role": "assistant", "content": f"    with open(path) as f:\n        return f.read({i})"},
+                        {"role": "user", "content": f"class Reader{i}:"},
+                        {"role": "assistant", "content": "    def __init__(self):\n        self.items = []"}]
+            sink.write(json.dumps({"index": i, "messages": messages, "reply_tokens": 20, "sampling": {}}) + "\n")
+    return path
+
+
+def test_train_on_regenerated_conversations(tmp_path, capsys):
+    data = regenerated_file(tmp_path / "regen.jsonl", 24)
+    out = tmp_path / "out"
+    argv = ["train", "--target", str(EMBEDDED_TARGET), "--drafter", "dspark", "--out", str(out), "--data", str(data),
+            "--steps", "2", "--prompt-len", "8", "--response-len", "40", "--batch-size", "4", "--block-size", "3",
+            "--num-layers", "1", "--markov-rank", "8", "--n-anchors", "4", "--eval-samples", "0", "--threads", "1",
+            "--device", "cpu", "--log-every", "1"]
+    assert main(argv) == 0
+    info = json.loads((out / "train_log.json").read_text())["job"]
+    assert info["steps"] == 2 and info["seq_len"] == 48
+    assert info["samples"] < 24, "the held-out conversations are not trained on"
+    assert "regenerated conversations of" in info["data_summary"]
+    assert "--data" in info["command"]
+
+
+def test_data_refuses_other_data_flags(tmp_path, capsys):
+    data = regenerated_file(tmp_path / "regen.jsonl", 2)
+    argv = ["train", "--target", str(EMBEDDED_TARGET), "--drafter", "dspark", "--out", str(tmp_path / "o"),
+            "--data", str(data), "--data-source", "corpus"]
+    assert main(argv) == 2
+    assert "--data is the training data: it takes no --prompts-file, --builtin-prompts or --data-source" in \
+        capsys.readouterr().err
