@@ -1,14 +1,14 @@
 """Restarting a replica in place: the admin sidecar asks, `dspark serve` (its parent) does it.
 
-    sidecar   Restart RPC: writes the replica's live settings to <folder>/restart-settings.json and sends
-              SIGHUP to `dspark serve`
+    sidecar   Restart RPC: sends SIGHUP to `dspark serve`
     serve     on SIGHUP: SIGTERM to SGLang, which drains (the requests in flight finish; new ones get 503 with
-              Retry-After, integration/drain.py), then starts SGLang again with those settings as its initial
-              state, and counts the start in <folder>/starts
+              Retry-After, integration/drain.py), then starts SGLang again with the settings its schedulers last
+              wrote to <folder>/live-settings.json (integration/live_settings.py) as its initial state, and counts
+              the start in <folder>/starts
     sidecar   answers once the count moved and the new SGLang serves its DSpark state
 
-SGLang that exits by itself is started again too (`dspark serve`, paced by `CrashBudget`), with the settings its
-schedulers last wrote to <folder>/live-settings.json (integration/live_settings.py).
+SGLang that exits by itself is started again the same way (`dspark serve`, paced by `CrashBudget`). The schedulers
+write the live settings at start and after every change they apply, so both find the settings in force.
 
 So a restart keeps the live settings (their version history starts again), and a client that retries its
 refused or cut-off requests loses none: the Kubernetes Service or a router sends them to another replica
@@ -28,7 +28,6 @@ from typing import Optional
 from dspark.integration.live_settings import LIVE_SETTINGS_ENV
 from dspark.models.errors import ConfigError
 
-SETTINGS_FILE = "restart-settings.json"
 LIVE_SETTINGS_FILE = "live-settings.json"
 STARTS_FILE = "starts"
 RESTART_SIGNAL = signal.SIGHUP
@@ -41,12 +40,8 @@ class RestartChannel:
 
     # ------------------------------------------------------------ the sidecar's side
 
-    def request(self, settings: dict) -> None:
-        """Ask the supervisor to restart SGLang with `settings` as its initial state."""
-        path = self.folder / SETTINGS_FILE
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(settings))
-        temporary.replace(path)  # the supervisor never reads half a file
+    def request(self) -> None:
+        """Ask the supervisor to restart SGLang with its live settings."""
         try:
             os.kill(self.supervisor_pid, RESTART_SIGNAL)
         except ProcessLookupError:
@@ -60,16 +55,6 @@ class RestartChannel:
             return 0
 
     # -------------------------------------------------------- the supervisor's side
-
-    def take_settings(self) -> Optional[dict]:
-        """The settings a restart asked for (None: none asked); consumed."""
-        path = self.folder / SETTINGS_FILE
-        try:
-            settings = json.loads(path.read_text())
-        except FileNotFoundError:
-            return None
-        path.unlink()
-        return settings
 
     def live_settings(self) -> Optional[dict]:
         """The settings SGLang's schedulers last applied (None: none written, or unreadable)."""
@@ -87,8 +72,8 @@ class RestartChannel:
         return count
 
     def reset(self) -> None:
-        """A fresh `dspark serve` start: no restart pending, no starts counted."""
-        for name in (SETTINGS_FILE, STARTS_FILE, LIVE_SETTINGS_FILE):
+        """A fresh `dspark serve` start: no live settings from an earlier one, no starts counted."""
+        for name in (STARTS_FILE, LIVE_SETTINGS_FILE):
             (self.folder / name).unlink(missing_ok=True)
 
 

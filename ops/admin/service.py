@@ -35,7 +35,6 @@ import grpc
 
 from dspark.integration.runtime_state import PREVIOUS, VersionConflict
 from dspark.kernels.sps import SpsTable
-from dspark.models.decoding.settings import names
 from dspark.models.decoding.sps_profile import load_sps
 from dspark.models.errors import SHOWN_CHARS, ConfigError, clipped
 from dspark.ops.admin.backend import ReplicaUnavailable, SGLangBackend
@@ -194,7 +193,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         def restart(_caller: Caller) -> tuple[dict, dict, int]:
             before = self.backend.report()
             starts = self.restarts.starts()
-            self.restarts.request({name: before[name] for name in names()})
+            self.restarts.request()
             while self.restarts.starts() == starts or not self.backend.ready():
                 if time.monotonic() - began > timeout:
                     raise RestartTimeout(f"the replica did not serve again within {timeout:g} s")

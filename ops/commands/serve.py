@@ -253,9 +253,8 @@ def run(args: argparse.Namespace) -> int:
         code = wait_draining(server, draining, args.drain_timeout)
         if stopping.is_set():
             break
-        if draining.is_set():  # a restart in place (the admin API's Restart): drained, with settings handed over
+        if draining.is_set():  # a restart in place (the admin API's Restart): drained
             print(f"dspark serve: SGLang drained (status {code}); starting it again", file=sys.stderr, flush=True)
-            settings = restarts.take_settings()
         else:  # SGLang exited by itself
             delay = crashes.next_delay()
             if delay is None:
@@ -267,9 +266,8 @@ def run(args: argparse.Namespace) -> int:
                   f"(restart {crashes.total})", file=sys.stderr, flush=True)
             if stopping.wait(delay):
                 break
-            settings = restarts.live_settings()
         draining.clear()
-        server = start(restart_environment(base_env, settings, gamma))
+        server = start(restart_environment(base_env, restarts.live_settings(), gamma))
         restarts.record_start()
     if sidecar_process is not None:
         stop_sidecar(sidecar_process)

@@ -32,25 +32,25 @@ time.sleep(60)
 """
 
 
-def test_the_sidecar_hands_the_settings_over_and_signals_the_supervisor(tmp_path):
+def test_the_sidecar_signals_the_supervisor_which_reads_the_live_settings(tmp_path):
     supervisor = subprocess.Popen([sys.executable, "-c", SUPERVISOR, str(tmp_path / "signalled")],
                                   stdout=subprocess.PIPE, text=True)
     try:
         assert supervisor.stdout.readline().strip() == "ready"
         serve_side, sidecar_side = RestartChannel(tmp_path), RestartChannel(tmp_path, supervisor.pid)
         serve_side.reset()
-        assert sidecar_side.starts() == 0 and serve_side.take_settings() is None
+        assert sidecar_side.starts() == 0 and serve_side.live_settings() is None
         assert serve_side.record_start() == 1
-        sidecar_side.request({"policy": "lagged", "max_verify_length": 3})
+        (tmp_path / "live-settings.json").write_text(json.dumps({"policy": "lagged", "max_verify_length": 3}))
+        sidecar_side.request()
         deadline = time.monotonic() + 10
         while not (tmp_path / "signalled").exists():
             assert time.monotonic() < deadline, "the supervisor got no SIGHUP"
             time.sleep(0.05)
-        assert serve_side.take_settings() == {"policy": "lagged", "max_verify_length": 3}
-        assert serve_side.take_settings() is None  # consumed: a later crash does not replay it
+        assert serve_side.live_settings() == {"policy": "lagged", "max_verify_length": 3}
         assert serve_side.record_start() == 2 and sidecar_side.starts() == 2
-        serve_side.reset()
-        assert sidecar_side.starts() == 0
+        serve_side.reset()  # a fresh `dspark serve`: nothing from the last one
+        assert sidecar_side.starts() == 0 and serve_side.live_settings() is None
     finally:
         supervisor.send_signal(signal.SIGKILL)
         supervisor.wait()
