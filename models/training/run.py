@@ -10,7 +10,7 @@
   target's chat template, split train / held-out by a stable hash of the text. The eval prompt sets are never read;
 - DrafterSpec -> DrafterConfig (dims copied from the target) and the matching TrainTask; optionally the drafter
   starts from the target's top layers (target_init.py) and trains on the target's outputs cached once
-  (feature_cache.py, under its own key beside the data cache);
+  (a sharded, memory-mapped feature store: feature_store.py, under its own key);
 - export (export.py): config.json + model.safetensors in the SGLang/DeepSpec layout (dspark.models.checkpoint), in the chosen
   dtype, plus train_log.json and a README.md card with the exact command that reproduces it.
 
@@ -39,8 +39,7 @@ from dspark.models.training.documents import file_first_turns, job_documents
 from dspark.models.training.export import (config_json, dataset_stats, describe_data, export_drafter, write_card,
                                            write_draft_vocab)
 from dspark.models.training.evaluate import greedy_acceptance
-from dspark.models.training.feature_cache import (CachedFeatures, compute_features, feature_cache_path, load_features,
-                                                  save_features)
+from dspark.models.training.feature_store import StoredFeatures, StoreLayout, open_store, store_directory, write_shard
 from dspark.models.training.losses import DFLASH_LOSS, DSPARK_LOSS
 from dspark.models.training.regenerate import read_regenerated
 from dspark.models.training.tasks import BlockTask, Eagle3Task, TrainTask
@@ -159,20 +158,24 @@ def cached_dataset(documents, cfg: DataConfig, target, eos_id: int, key: dict, c
     return dataset
 
 
-def cached_target_features(target, dataset: TokenDataset, layer_ids: tuple[int, ...], key: dict, cache_dir: Path,
-                           bf16: bool, dist: DistContext) -> CachedFeatures:
-    """The target's outputs on `dataset` from cache_dir, or computed on rank 0 (under bf16 autocast when asked)
-    and saved; other ranks wait and load."""
-    autocast = "bfloat16" if bf16 else "none"
-    key = {**key, "target_layer_ids": list(layer_ids), "dtype": "bfloat16", "autocast": autocast}
-    path = feature_cache_path(cache_dir, key)
+def stored_target_features(target, dataset: TokenDataset, layer_ids: tuple[int, ...], key: dict, store_root: Path,
+                           bf16: bool, dist: DistContext) -> StoredFeatures:
+    """The target's outputs on `dataset` from the feature store under store_root (feature_store.py): opened when
+    complete, else every rank writes (or finishes) its own shard, under bf16 autocast when asked, and all open it."""
+    key = {**key, "target_layer_ids": list(layer_ids), "dtype": "bfloat16", "autocast": "bfloat16" if bf16 else "none"}
+    directory = store_directory(store_root, key)
     lm_head = target.get_output_embeddings()
-    if dist.is_main and load_features(path, key, lm_head) is None:
-        with bf16_autocast(bf16, dist.device):
-            save_features(*compute_features(target, dataset, layer_ids), key, path)
+    features = open_store(directory, key, lm_head)
+    if features is not None:
+        return features
+    hidden = target.config.hidden_size
+    layout = StoreLayout(samples=len(dataset), seq_len=dataset.input_ids.shape[1], hidden_width=len(layer_ids) * hidden,
+                         last_width=hidden, shards=dist.world_size)
+    with bf16_autocast(bf16, dist.device):
+        write_shard(directory, key, layout, dist.rank, target, dataset, layer_ids, progress=dist.is_main)
     dist.barrier()
-    features = load_features(path, key, lm_head)
-    assert features is not None, f"{path} vanished after it was written"
+    features = open_store(directory, key, lm_head)
+    assert features is not None, f"{directory} is incomplete after every rank wrote its shard"
     return features
 
 
@@ -216,7 +219,7 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         return {"draft_vocab": str(vocab_path)} if dist.is_main else None
     features = None
     if job.feature_cache_dir is not None:
-        features = cached_target_features(target, dataset, config.target_layer_ids, train_key, job.feature_cache_dir,
+        features = stored_target_features(target, dataset, config.target_layer_ids, train_key, job.feature_cache_dir,
                                           job.train.bf16, dist)
     torch.manual_seed(job.train.seed)
     drafter = DRAFTER_CLASSES[config.kind].from_target(target, config).to(dist.device)

@@ -13,7 +13,7 @@ Outputs: --out gets config.json + model.safetensors (SGLang/DeepSpec layout), tr
 card, with this command spelled out in full); --work-dir (default <out>/work) holds the resumable checkpoints
 (`--resume` continues from the newest). The generated training data is cached under --data-cache, keyed by the
 data settings and the target's weights, so drafters trained on the same settings share it; with --feature-cache
-so are the target's outputs on it (models/training/feature_cache.py).
+so are the target's outputs on it (models/training/feature_store.py).
 """
 from __future__ import annotations
 
@@ -107,8 +107,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--held-out-percent", type=int, default=DEFAULT_HELD_OUT_PERCENT)
     data.add_argument("--data-cache", type=Path, default=DEFAULT_DATA_CACHE)
     data.add_argument("--feature-cache", type=Path, default=None,
-                      help="compute the target's outputs on the training data once, cache them in this directory "
-                           "and train every epoch on the cache (default: off, a target forward every step)")
+                      help="compute the target's outputs on the training data once into a sharded bf16 store in "
+                           "this directory (each torchrun rank writes one shard; a rerun resumes it) and train every "
+                           "epoch on it, memory-mapped (default: off, a target forward every step)")
     data.add_argument("--eval-samples", type=int, default=32,
                       help="held-out samples for the acceptance check (0: skip)")
 

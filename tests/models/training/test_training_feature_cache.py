@@ -1,14 +1,18 @@
-"""Feature cache: the cached target outputs equal a target forward, round-trip on disk, and train identically."""
+"""Feature store: the stored target outputs equal a target forward, shards are bf16 and memory-mapped, a killed
+writer resumes, a store is keyed, and training on it matches online training."""
 import pytest
 import torch
 from training_helpers import EOS_ID, make_drafter_and_task
 
+from dspark.models.errors import ConfigError
 from dspark.models.training.data import DataConfig, build_dataset
-from dspark.models.training.feature_cache import (CachedFeatures, OnlineFeatures, compute_features,
-                                                  feature_cache_path, load_features, save_features)
+from dspark.models.training.feature_cache import OnlineFeatures
+from dspark.models.training.feature_store import (StoreLayout, describe_size, open_store, store_directory,
+                                                  write_shard)
 from dspark.models.training.trainer import TrainConfig, Trainer
 
 LAYER_IDS = (0, 1, 2)
+KEY = {"data": "x", "target_layer_ids": list(LAYER_IDS)}
 
 
 @pytest.fixture(scope="module")
@@ -18,59 +22,82 @@ def padded_dataset(peaked_target, tiny_documents):
     return build_dataset(tiny_documents, cfg, peaked_target, EOS_ID, progress=False)
 
 
-def cached(target, dataset, dtype=torch.float32, batch_size=5) -> CachedFeatures:
-    hidden, last = compute_features(target, dataset, LAYER_IDS, dtype, batch_size=batch_size, progress=False)
-    return CachedFeatures(hidden, last, target.get_output_embeddings())
+def layout_of(target, dataset, shards: int) -> StoreLayout:
+    hidden = target.config.hidden_size
+    return StoreLayout(len(dataset), dataset.input_ids.shape[1], len(LAYER_IDS) * hidden, hidden, shards)
 
 
-def test_cached_outputs_equal_a_target_forward_where_attended(peaked_target, padded_dataset):
-    features = cached(peaked_target, padded_dataset)
-    index = torch.tensor([7, 0, 11])
+def stored(target, dataset, directory, shards=1, key=KEY):
+    layout = layout_of(target, dataset, shards)
+    for shard in range(shards):  # what each rank of a `shards`-process run writes
+        write_shard(directory, key, layout, shard, target, dataset, LAYER_IDS, batch_size=5, progress=False)
+    return open_store(directory, key, target.get_output_embeddings())
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_stored_outputs_equal_a_target_forward_where_attended(peaked_target, padded_dataset, tmp_path, shards):
+    features = stored(peaked_target, padded_dataset, tmp_path / "store", shards)
+    index = torch.tensor([7, 0, 11, 4])
     batch = padded_dataset.select(index)
     online = OnlineFeatures(peaked_target, LAYER_IDS)(index, batch)
     offline = features(index, batch)
     seen = batch.attention_mask
-    assert torch.allclose(offline.hidden[seen], online.hidden[seen], atol=1e-5)
-    assert torch.allclose(offline.logits()[seen], online.logits()[seen], atol=1e-4)
+    assert torch.allclose(offline.hidden[seen], online.hidden[seen], rtol=1e-2, atol=1e-2), "bf16 storage"
+    assert torch.allclose(offline.logits()[seen], online.logits()[seen], rtol=2e-2, atol=2e-2)
     assert (offline.hidden[~seen] == 0).all(), "padding holds zeros, not stale values"
 
 
-def test_logits_at_positions_are_those_rows_of_the_full_logits(peaked_target, padded_dataset):
-    outputs = cached(peaked_target, padded_dataset)(torch.tensor([2, 5]), padded_dataset.select(torch.tensor([2, 5])))
-    positions = torch.tensor([[0, 3, 3, 9], [7, 1, 12, 4]])
-    full = outputs.logits()
-    picked = outputs.logits(positions)
-    assert picked.shape == (2, 4, full.shape[-1])
-    assert torch.allclose(picked, torch.stack([full[0, positions[0]], full[1, positions[1]]]), atol=1e-5)
+def test_shards_are_raw_bf16_of_the_size_printed_first(peaked_target, padded_dataset, tmp_path, capsys):
+    layout = layout_of(peaked_target, padded_dataset, 2)
+    write_shard(tmp_path, KEY, layout, 0, peaked_target, padded_dataset, LAYER_IDS)
+    out = capsys.readouterr()
+    assert out.out.startswith(describe_size(layout, tmp_path)), "the expected size comes before any row"
+    on_disk = sum(p.stat().st_size for p in tmp_path.glob("shard-00000.*.bf16"))
+    assert on_disk == len(layout.rows(0)) * layout.bytes_per_sample
+    assert open_store(tmp_path, KEY, peaked_target.get_output_embeddings()) is None, "shard 1 is missing"
 
 
-def test_bfloat16_storage_is_close(peaked_target, padded_dataset):
-    exact, half = cached(peaked_target, padded_dataset), cached(peaked_target, padded_dataset, torch.bfloat16)
-    assert half.hidden.dtype == torch.bfloat16
-    assert torch.allclose(half.hidden.float(), exact.hidden, rtol=1e-2, atol=1e-2)
+def test_a_killed_writer_resumes_after_its_last_recorded_row(peaked_target, padded_dataset, tmp_path):
+    layout = layout_of(peaked_target, padded_dataset, 1)
+    counted = {"forwards": 0}
+
+    def dying_forward(module, args, kwargs):
+        counted["forwards"] += 1
+        if counted["forwards"] == 3:
+            raise KeyboardInterrupt  # the writer is stopped while computing its third batch
+    hook = peaked_target.get_input_embeddings().register_forward_pre_hook(dying_forward, with_kwargs=True)
+    with pytest.raises(KeyboardInterrupt):
+        write_shard(tmp_path / "s", KEY, layout, 0, peaked_target, padded_dataset, LAYER_IDS, batch_size=4,
+                    progress=False)
+    hook.remove()
+    assert (tmp_path / "s" / "shard-00000.progress.json").read_text().count('"rows": 8')
+    resumed = stored(peaked_target, padded_dataset, tmp_path / "s")
+    whole = stored(peaked_target, padded_dataset, tmp_path / "whole")
+    index = torch.arange(12)
+    batch = padded_dataset.select(index)
+    assert torch.equal(resumed(index, batch).hidden, whole(index, batch).hidden)
 
 
-def test_disk_round_trip_is_keyed(peaked_target, padded_dataset, tmp_path):
-    hidden, last = compute_features(peaked_target, padded_dataset, LAYER_IDS, progress=False)
-    key = {"data": "x", "target_layer_ids": list(LAYER_IDS)}
-    path = feature_cache_path(tmp_path, key)
-    save_features(hidden, last, key, path)
+def test_a_store_is_keyed_and_refuses_another_layout(peaked_target, padded_dataset, tmp_path):
+    stored(peaked_target, padded_dataset, tmp_path, shards=2)
     lm_head = peaked_target.get_output_embeddings()
-    loaded = load_features(path, key, lm_head)
-    assert torch.equal(loaded.hidden, hidden) and torch.equal(loaded.last_hidden, last)
-    assert load_features(path, {**key, "data": "y"}, lm_head) is None, "another key never reads these features"
-    assert feature_cache_path(tmp_path, {**key, "data": "y"}) != path
+    assert open_store(tmp_path, {**KEY, "data": "y"}, lm_head) is None, "another key never reads these features"
+    assert store_directory(tmp_path, KEY) != store_directory(tmp_path, {**KEY, "data": "y"})
+    with pytest.raises(ConfigError, match="rerun with as many ranks as wrote it"):
+        write_shard(tmp_path, KEY, layout_of(peaked_target, padded_dataset, 3), 0, peaked_target, padded_dataset,
+                    LAYER_IDS, progress=False)
 
 
 @pytest.mark.parametrize("kind", ["dspark", "eagle3"])
-def test_training_on_the_cache_matches_online_training(kind, peaked_target, padded_dataset, tmp_path):
+def test_training_on_the_store_matches_online_training(kind, peaked_target, padded_dataset, tmp_path):
     cfg = TrainConfig(steps=4, lr=5e-3, batch_size=4, log_every=1)
     histories = []
-    for name, features in (("online", None), ("cached", cached(peaked_target, padded_dataset))):
+    store = stored(peaked_target, padded_dataset, tmp_path / "store", shards=2)
+    for name, features in (("online", None), ("stored", store)):
         drafter, task = make_drafter_and_task(kind, peaked_target)
         trainer = Trainer(drafter, peaked_target, padded_dataset, task, cfg, tmp_path / name, progress=False,
                           features=features)
         trainer.run()
         histories.append(trainer.history)
     for online, offline in zip(*histories):
-        assert offline["loss"] == pytest.approx(online["loss"], rel=1e-4)
+        assert offline["loss"] == pytest.approx(online["loss"], rel=2e-2), "bf16 features, same training"

@@ -23,10 +23,10 @@ def test_feature_cache_is_built_once_then_reused(tiny_setup, tmp_path):  # noqa:
                      "--eval-samples", "0")
         assert main(args) == 0
         if run == "first":
-            (stored,) = cache.glob("*.pt")
+            (stored,) = cache.glob("*/shard-00000.hidden.bf16")
             written = stored.stat().st_mtime_ns
-    assert stored.stat().st_mtime_ns == written, "the second run read the cache instead of recomputing it"
-    key = json.loads(stored.with_suffix(".json").read_text())
+    assert stored.stat().st_mtime_ns == written, "the second run read the store instead of recomputing it"
+    key = json.loads((stored.parent / "manifest.json").read_text())["key"]
     assert key["target_layer_ids"] == [0, 1] and key["autocast"] == "none"
     assert "--feature-cache" in (tmp_path / "second" / "README.md").read_text()
 

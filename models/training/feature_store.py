@@ -1,0 +1,174 @@
+"""The target's outputs on a training set, written once in bf16 to memory-mapped shards and read back by every
+epoch (`dspark train --feature-cache DIR`).
+
+Layout of a store (a directory named by the hash of its key: the dataset's key, the tapped layers, whether the
+target ran under bf16 autocast): `manifest.json` (the key, samples, sequence length, the two feature widths, the
+shard count), and for shard s of S: `shard-s.hidden.bf16` and `shard-s.last.bf16`, raw bf16 rows of
+[seq, width] for samples [s·n/S, (s+1)·n/S), and `shard-s.progress.json` ({"rows": rows written}).
+
+Writing: under torchrun every rank writes its own shard (rank r writes shard r of world_size) with its own copy
+of the target, in parallel. A writer first prints the store's expected size, preallocates its files, and after
+each batch of rows flushes them and then records the rows written; a writer started again on the same store
+continues after the last recorded row. Reading: each shard file is mapped with torch.from_file (no copy in RAM:
+pages are read as batches touch them), so a store many times the RAM of a rank trains as well as a small one, and
+a complete store is read by any number of ranks, whatever number wrote it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from dspark.models.errors import ConfigError
+from dspark.models.training.data import TokenDataset
+from dspark.models.training.feature_cache import feature_rows
+from dspark.models.training.tasks import TargetOutputs
+
+MANIFEST = "manifest.json"
+BYTES = 2  # bf16
+PARTS = ("hidden", "last")
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    samples: int
+    seq_len: int
+    hidden_width: int  # n_taps * hidden
+    last_width: int  # hidden
+    shards: int
+
+    def rows(self, shard: int) -> range:
+        return range(shard * self.samples // self.shards, (shard + 1) * self.samples // self.shards)
+
+    def width(self, part: str) -> int:
+        return self.hidden_width if part == "hidden" else self.last_width
+
+    @property
+    def bytes_per_sample(self) -> int:
+        return self.seq_len * (self.hidden_width + self.last_width) * BYTES
+
+    @property
+    def total_bytes(self) -> int:
+        return self.samples * self.bytes_per_sample
+
+
+def store_directory(root: Path, key: dict) -> Path:
+    return Path(root) / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _shard_file(directory: Path, shard: int, part: str) -> Path:
+    return directory / f"shard-{shard:05d}.{part}.bf16"
+
+
+def _progress_file(directory: Path, shard: int) -> Path:
+    return directory / f"shard-{shard:05d}.progress.json"
+
+
+def _rows_written(directory: Path, shard: int) -> int:
+    path = _progress_file(directory, shard)
+    return json.loads(path.read_text())["rows"] if path.exists() else 0
+
+
+def _write_json(path: Path, value: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _check_manifest(directory: Path, key: dict, layout: StoreLayout) -> None:
+    """Write the manifest, or check that the one there describes this store (a rerun with other settings or
+    another rank count must not append to it)."""
+    manifest = {"key": json.loads(json.dumps(key)), "layout": asdict(layout)}
+    path = directory / MANIFEST
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        _write_json(path, manifest)
+        return
+    found = json.loads(path.read_text())
+    if found != manifest:
+        raise ConfigError(f"feature store {directory} was started with layout {found['layout']}, this run needs "
+                          f"{manifest['layout']}: rerun with as many ranks as wrote it, or delete the directory")
+
+
+def describe_size(layout: StoreLayout, directory: Path) -> str:
+    gib = 1024 ** 3
+    return (f"feature store {directory}: {layout.samples} samples x {layout.seq_len} tokens x "
+            f"{layout.hidden_width + layout.last_width} bf16 values = {layout.total_bytes / gib:.3f} GiB in "
+            f"{layout.shards} shard(s) of about {layout.total_bytes / layout.shards / gib:.3f} GiB")
+
+
+def write_shard(directory: Path, key: dict, layout: StoreLayout, shard: int, target: torch.nn.Module,
+                dataset: TokenDataset, layer_ids: tuple[int, ...], batch_size: int = 16,
+                progress: bool = True) -> None:
+    """Write (or finish writing) shard `shard` of the store (module docstring); prints the expected size first."""
+    if progress:
+        print(describe_size(layout, directory), flush=True)
+    _check_manifest(directory, key, layout)
+    rows, done = layout.rows(shard), _rows_written(directory, shard)
+    handles = {}
+    for part in PARTS:
+        path = _shard_file(directory, shard, part)
+        handle = path.open("r+b" if path.exists() else "w+b")
+        handle.truncate(len(rows) * layout.seq_len * layout.width(part) * BYTES)  # zeros where nothing is written
+        handles[part] = handle
+    todo = range(rows.start + done, rows.stop)
+    bar = tqdm(total=len(rows), initial=done, desc=f"feature shard {shard}", unit="sample", disable=not progress)
+    try:
+        for batch, hidden, last in feature_rows(target, dataset, todo, layer_ids, batch_size):
+            for part, values in zip(PARTS, (hidden, last)):
+                handle = handles[part]
+                handle.seek((batch.start - rows.start) * layout.seq_len * layout.width(part) * BYTES)
+                handle.write(values.to(torch.bfloat16).contiguous().view(torch.int16).numpy().tobytes())
+                handle.flush()
+                os.fsync(handle.fileno())
+            _write_json(_progress_file(directory, shard), {"rows": batch.stop - rows.start})
+            bar.update(len(batch))
+    finally:
+        bar.close()
+        for handle in handles.values():
+            handle.close()
+
+
+class StoredFeatures:
+    """A complete store, memory-mapped; called like OnlineFeatures with the batch's sample ids."""
+
+    def __init__(self, directory: Path, layout: StoreLayout, lm_head: torch.nn.Module) -> None:
+        self.layout, self.lm_head = layout, lm_head
+        self.starts = [layout.rows(s).start for s in range(layout.shards)]
+        self.maps = []
+        for shard in range(layout.shards):
+            n = len(layout.rows(shard))
+            self.maps.append({part: torch.from_file(str(_shard_file(directory, shard, part)), shared=False,
+                                                    size=n * layout.seq_len * layout.width(part),
+                                                    dtype=torch.bfloat16).view(n, layout.seq_len, layout.width(part))
+                              for part in PARTS})
+
+    def sample(self, row: int, part: str) -> torch.Tensor:
+        shard = max(s for s, start in enumerate(self.starts) if start <= row)
+        return self.maps[shard][part][row - self.starts[shard]]
+
+    def __call__(self, index: torch.Tensor, batch: TokenDataset) -> TargetOutputs:
+        # index: [bs] long, rows of the dataset the batch holds
+        device = batch.input_ids.device
+        hidden, last = (torch.stack([self.sample(int(i), part) for i in index]).to(device=device, dtype=torch.float32)
+                        for part in PARTS)
+        return TargetOutputs(hidden=hidden, last_hidden=last, lm_head=self.lm_head)
+
+
+def open_store(directory: Path, key: dict, lm_head: torch.nn.Module) -> StoredFeatures | None:
+    """The store at `directory` if it holds exactly `key` and every shard is complete, else None."""
+    path = Path(directory) / MANIFEST
+    if not path.exists():
+        return None
+    manifest = json.loads(path.read_text())
+    if manifest["key"] != json.loads(json.dumps(key)):
+        return None
+    layout = StoreLayout(**manifest["layout"])
+    if any(_rows_written(directory, s) < len(layout.rows(s)) for s in range(layout.shards)):
+        return None
+    return StoredFeatures(Path(directory), layout, lm_head)
