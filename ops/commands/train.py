@@ -18,6 +18,7 @@ so are the target's outputs on it (models/training/feature_store.py).
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import shlex
 import sys
@@ -35,6 +36,7 @@ from dspark.models.portable_paths import portable
 from dspark.ops.arg_types import finite_float
 
 DEFAULT_DATA_CACHE = Path.home() / ".cache" / "dspark" / "train-data"
+DIST_TIMEOUT_MINUTES = 180.0  # torch's default is 30 (10 for NCCL in some builds): less than generating the data takes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,6 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "the target's; load_drafter takes them from target_model)")
     io.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available; torchrun: cuda:LOCAL_RANK)")
     io.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    io.add_argument("--dist-timeout-minutes", type=finite_float, default=DIST_TIMEOUT_MINUTES,
+                    help="torchrun: how long a rank waits at a collective (rank 0 generating the data or a rank "
+                         "writing its feature shard keeps the others waiting), in [1, 10080]")
     io.add_argument("--draft-vocab-size", type=int, default=8192,
                     help="tokens in the exported draft_vocab.json: the most frequent the loss reads "
                          "(models/drafters/draft_vocab.py)")
@@ -147,7 +152,7 @@ def reproduce_command(parser: argparse.ArgumentParser, args: argparse.Namespace)
     return shlex.join(parts)
 
 
-def dist_context(device: str | None) -> DistContext:
+def dist_context(device: str | None, timeout_minutes: float = DIST_TIMEOUT_MINUTES) -> DistContext:
     """Read torchrun's environment; initialise torch.distributed only when WORLD_SIZE > 1."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
@@ -158,13 +163,15 @@ def dist_context(device: str | None) -> DistContext:
         backend, dev = "nccl", torch.device("cuda", local)
     else:
         backend, dev = "gloo", torch.device("cpu")
-    torch.distributed.init_process_group(backend)
+    torch.distributed.init_process_group(backend, timeout=datetime.timedelta(minutes=timeout_minutes))
     return DistContext(rank=rank, world_size=world, device=dev)
 
 
 def build_job(args: argparse.Namespace) -> TrainJob:
     if args.threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    if not 1 <= args.dist_timeout_minutes <= 10080:
+        raise ConfigError(f"--dist-timeout-minutes must be in [1, 10080], got {args.dist_timeout_minutes}")
     if args.draft_vocab_size < 1:
         raise ConfigError(f"--draft-vocab-size must be >= 1, got {args.draft_vocab_size}")
     if args.eval_samples < 0:
@@ -222,7 +229,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
 def handle(args: argparse.Namespace) -> int:
     job = build_job(args)  # validates everything before any model is loaded
     torch.set_num_threads(args.threads)
-    dist = dist_context(args.device)
+    dist = dist_context(args.device, args.dist_timeout_minutes)
     if args.bf16 and not computes_bf16_natively(dist.device):
         print(f"dspark train: warning: --bf16 on {dist.device}, which has no native bf16 (no avx512_bf16 / AMX): "
               "autocast emulates it, several times slower than float32 here; drop --bf16 on this machine (the "

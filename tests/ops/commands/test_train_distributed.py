@@ -1,0 +1,58 @@
+"""Two gloo processes under torchrun train the same drafter as one process on the same data: each rank writes its
+shard of the feature store, reads its half of every global batch from the memory-mapped store, and DDP's averaged
+gradients, scaled by the world size over globally summed loss normalisers, give one process's steps.
+
+Tolerance: the two runs differ only in float32 summation order (the gradient all-reduce, the per-rank loss sums)
+and in the feature store's bf16 rounding of features computed in batches of other widths, so losses agree to 1e-4
+relative and weights after 4 AdamW steps of lr 6e-4 to 1e-4 absolute (Adam's step is at most lr a step; a
+difference in its sign would show as ~1e-3)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_train_data_command import regenerated_file
+
+from dspark.integration.server import free_port
+
+from tests.paths import EMBEDDED_TARGET, REPO
+
+pytestmark = pytest.mark.slow
+STEPS = 4
+
+
+def train_argv(out, data, store, batch_size: int) -> list[str]:
+    # 64 anchors cover every candidate of a 48-token sample: anchor sampling draws them all on any rank.
+    return ["train", "--target", str(EMBEDDED_TARGET), "--drafter", "dspark", "--out", str(out), "--data", str(data),
+            "--feature-cache", str(store), "--steps", str(STEPS), "--prompt-len", "8", "--response-len", "40",
+            "--batch-size", str(batch_size), "--block-size", "3", "--num-layers", "1", "--markov-rank", "8",
+            "--n-anchors", "64", "--eval-samples", "0", "--threads", "1", "--device", "cpu", "--log-every", "1",
+            "--save-dtype", "float32"]
+
+
+def run(command: list[str], cwd) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+
+
+def test_two_gloo_ranks_train_as_one_process(tmp_path):
+    data = regenerated_file(tmp_path / "regen.jsonl", 24)
+    cli = [sys.executable, "-m", "dspark.ops.cli"]
+    run([*cli, *train_argv(tmp_path / "one", data, tmp_path / "store-one", 4)], REPO)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                "--master-port", str(free_port()), "-m", "dspark.ops.cli"]
+    run([*torchrun, *train_argv(tmp_path / "two", data, tmp_path / "store-two", 2)], REPO)
+    assert len(list((tmp_path / "store-two").glob("*/shard-*.hidden.bf16"))) == 2, "one shard per rank"
+    logs = [json.loads((tmp_path / run / "train_log.json").read_text()) for run in ("one", "two")]
+    assert logs[1]["job"]["world_size"] == 2 and logs[0]["job"]["samples"] == logs[1]["job"]["samples"]
+    losses = [[entry["loss"] for entry in log["history"]] for log in logs]
+    assert len(losses[0]) == STEPS and losses[1] == pytest.approx(losses[0], rel=1e-4)
+    one, two = (load_file(tmp_path / run / "model.safetensors") for run in ("one", "two"))
+    moved = max((one[name] - two[name]).abs().max().item() for name in one)
+    assert moved <= 1e-4, f"weights differ by up to {moved}"
