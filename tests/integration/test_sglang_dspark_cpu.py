@@ -5,19 +5,23 @@ drafter, ragged verify, dspark's runtime state) serves the embedded target. No S
 plugin profiles one at engine start into a scratch DSPARK_CACHE. The tests check the served text against
 transformers' greedy decoding of the target alone, τ > 1 in SGLang's own accounting, live policy changes
 seen in SGLang's Prometheus metrics and in /get_server_info, a rejected update that changes nothing, and
-a burst of concurrent requests. A second launch with a drafter for another target must stop before serving.
+a burst of concurrent requests. A second launch with a drafter for another target must stop before serving; a
+third, with a draft vocabulary, drafts only its tokens.
 """
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import torch
 
 from dspark.integration.server import SGLangServer, cpu_server_args, dspark_args, dspark_env
+from dspark.models.drafters.draft_vocab import save_draft_vocab
 
 from tests.integration.hf_reference import chat_prompt, hf_greedy
 from tests.paths import EMBEDDED, EMBEDDED_TARGET
@@ -31,6 +35,7 @@ PROMPTS = [
 CHAT_MESSAGE = "Write a function that reverses a list."
 MAX_NEW_TOKENS = 32
 GAMMA = 5  # embedded/dspark's block size
+VOCAB_SIZE = 4096  # embedded/target's
 
 pytestmark = pytest.mark.slow
 
@@ -235,3 +240,24 @@ def test_a_drafter_for_another_target_stops_the_launch_before_serving(tmp_path):
     with pytest.raises(RuntimeError, match="exited with code") as failure:
         server.start()
     assert "does not fit the target: hidden_size is 576, the target's is 256" in str(failure.value)
+
+
+def test_a_draft_vocabulary_bounds_what_sglang_drafts(tmp_path, sps_cache, reference):
+    """The same drafter as `server`'s (which has drafts accepted: τ > 1.2 above), with a draft vocabulary that
+    leaves out every token the target answers these prompts with: no draft can be accepted, so every round
+    commits the target's one token (integration/draft_vocab_mask.py), and the answers stay the target's."""
+    drafter = tmp_path / "drafter"
+    shutil.copytree(EMBEDDED / "dspark", drafter)
+    answered = {token for prompt in PROMPTS for token in reference[prompt][0]}
+    vocab = torch.tensor(sorted(set(range(VOCAB_SIZE)) - answered))
+    save_draft_vocab(drafter, vocab, source="the embedded vocabulary minus the target's answers", counted_tokens=0,
+                     coverage=0.0)
+    extra = cpu_server_args() + dspark_args(drafter, cpu=True)
+    env = {**dspark_env({"policy": "fixed", "probe_round_ratio": 0.0, "drafting": "always"}),
+           "DSPARK_CACHE": str(sps_cache)}
+    with SGLangServer(EMBEDDED_TARGET, extra_args=extra, env=env, log_path=tmp_path / "server.log") as masked:
+        responses = masked.post("/generate", {"text": PROMPTS, "sampling_params": {
+            "max_new_tokens": MAX_NEW_TOKENS, "temperature": 0}})
+    assert [r["output_ids"] for r in responses] == [reference[p][0] for p in PROMPTS]
+    for response in responses:  # the first token comes from the prefill, then one per verify round
+        assert response["meta_info"]["completion_tokens"] == response["meta_info"]["spec_verify_ct"] + 1
