@@ -29,3 +29,10 @@ def find(docs: list[dict], kind: str, suffix: str = "") -> dict:
     """The one rendered resource of `kind` whose name ends with `suffix`."""
     (doc,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix)]
     return doc
+
+
+def find_job(docs: list[dict], component: str) -> dict:
+    """The one rendered Job of `component` (Jobs are named by their pod template's hash)."""
+    (job,) = [d for d in docs if d["kind"] == "Job"
+              and d["metadata"]["labels"]["app.kubernetes.io/component"] == component]
+    return job

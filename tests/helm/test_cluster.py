@@ -7,6 +7,7 @@ Prometheus operator's CRDs, so the chart's capability guards are exercised for r
 from __future__ import annotations
 
 import base64
+import re
 import shutil
 import subprocess
 import sys
@@ -94,6 +95,47 @@ def test_make_deploy_installs_the_gpu_example_onto_the_gpu_node(plane):
     assert plane.get("pvc", "-n", NAMESPACE)["items"] == []
 
 
+def run_job_container(plane: ControlPlane, job: dict, account: str, folder: Path, **files: Path):
+    """A Job's one Python container, run here as the Job's ServiceAccount against this API server (its pod cannot
+    run: no kubelet); `files` maps paths in the pod to stand-ins here."""
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    mounted = folder / "serviceaccount"  # what the pod would have mounted
+    mounted.mkdir(exist_ok=True)
+    secret = account_secret(plane, account)
+    for key in ("namespace", "token"):
+        (mounted / key).write_bytes(base64.b64decode(secret[key]))
+    (mounted / "ca.crt").write_text((plane.folder / "certs" / "apiserver.crt").read_text())
+    script = container["args"][0].replace("/var/run/secrets/kubernetes.io/serviceaccount", str(mounted))
+    for inside, here in files.items():
+        script = script.replace(inside, str(here))
+    env = {**plane.env(), "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(plane.port)}
+    return subprocess.run([sys.executable, "-c", script], env=env, text=True, capture_output=True)
+
+
+def jobs_of(plane: ControlPlane, component: str) -> list[dict]:
+    return plane.get("job", "-n", NAMESPACE, "-l", f"app.kubernetes.io/component={component}")["items"]
+
+
+def test_the_token_job_makes_the_admin_tokens_once_with_only_its_own_rbac(plane, tmp_path):
+    """Nothing random is rendered (GitOps): the Job makes the Secret on its first run and never changes a token."""
+    (job,) = jobs_of(plane, "admin-tokens")
+    first = run_job_container(plane, job, "dspark-admin-tokens", tmp_path)
+    assert first.returncode == 0 and first.stdout.split() == [
+        "dspark-admin-tokens", "201", "new", "tokens", "for:", "['grafana',", "'ops']"], first.stderr
+    tokens = plane.get("secret", "-n", NAMESPACE, "dspark-admin-tokens")["data"]
+    assert sorted(tokens) == ["grafana", "ops"]
+    assert all(re.fullmatch(r"[0-9a-f]{48}", base64.b64decode(v).decode()) for v in tokens.values())
+    again = run_job_container(plane, job, "dspark-admin-tokens", tmp_path)
+    assert again.returncode == 0 and again.stdout.split()[1:] == ["200", "new", "tokens", "for:", "[]"]
+    assert plane.get("secret", "-n", NAMESPACE, "dspark-admin-tokens")["data"] == tokens
+    token = base64.b64decode(account_secret(plane, "dspark-admin-tokens")["token"]).decode()
+    can_i = lambda *what: plane.kubectl("auth", "can-i", *what, "-n", NAMESPACE, f"--token={token}",  # noqa: E731
+                                        check=False).stdout.strip()
+    assert can_i("patch", "secrets/dspark-admin-tokens") == "yes"
+    for forbidden in (("get", "secrets/other"), ("list", "secrets"), ("delete", "secrets/dspark-admin-tokens")):
+        assert can_i(*forbidden) == "no", forbidden
+
+
 def test_capability_guards_leave_out_what_the_cluster_does_not_serve(plane):
     manifest = subprocess.run(["helm", "get", "manifest", RELEASE, "-n", NAMESPACE], env=plane.env(), text=True,
                               capture_output=True, check=True).stdout
@@ -154,42 +196,28 @@ def test_a_value_change_rolls_a_new_replica_set_and_keeps_the_admin_tokens(plane
     assert plane.get("secret", "-n", NAMESPACE, "dspark-admin-tokens")["data"] == tokens
 
 
-def test_the_sps_job_stores_its_table_with_only_its_own_rbac(plane, tmp_path):
-    """The Job's `store` container, run here as the Job's ServiceAccount against this API server (its pod
-    cannot run: no kubelet); the profile it stores is a stand-in file."""
-    (job,) = sps_jobs(plane)
-    pod = eventually(lambda: plane.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=sps-profile")[
-        "items"], "the SPS Job started no pod")
-    assert pod[0]["spec"]["nodeName"] == GPU_NODE
-    (store,) = job["spec"]["template"]["spec"]["containers"]
-    account = tmp_path / "serviceaccount"  # what the pod would have mounted
-    account.mkdir()
-    secret = account_secret(plane, "dspark-sps-profile")
-    for key in ("namespace", "token"):
-        (account / key).write_bytes(base64.b64decode(secret[key]))
-    (account / "ca.crt").write_text((plane.folder / "certs" / "apiserver.crt").read_text())
-    (tmp_path / "sps.json").write_text('{"sample_batch_tokens": [1, 8], "sample_steps_per_sec": [50.0, 40.0]}')
-    script = store["args"][0].replace("/var/run/secrets/kubernetes.io/serviceaccount", str(account)).replace(
-        "/var/cache/dspark/sps.json", str(tmp_path / "sps.json"))
-    env = {**plane.env(), "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(plane.port)}
-    for _ in range(2):  # creates, then replaces
-        out = subprocess.run([sys.executable, "-c", script], env=env, text=True, capture_output=True)
-        assert out.returncode == 0 and out.stdout.split() in (["dspark-sps", "200"], ["dspark-sps", "201"]), out.stderr
-    stored = plane.get("configmap", "-n", NAMESPACE, "dspark-sps")["data"]["sps.json"]
-    assert stored == (tmp_path / "sps.json").read_text()
-    served = plane.get("deploy", "-n", NAMESPACE, RELEASE)["spec"]["template"]["spec"]["volumes"]
-    assert {"name": "sps", "configMap": {"name": "dspark-sps", "optional": True, "defaultMode": 420}} in served
-
-
-def sps_jobs(plane: ControlPlane) -> list[dict]:
-    return plane.get("job", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=sps-profile")["items"]
-
-
 def upgrade_with(plane: ControlPlane, chart: Path, *flags: str) -> subprocess.CompletedProcess:
     """make deploy's helm upgrade, with a chart of our own."""
     return subprocess.run(["helm", "upgrade", "--install", RELEASE, str(chart), "-n", NAMESPACE, "--values",
                            str(GPU_VALUES), "--rollback-on-failure", "--wait", "--timeout", "5m", *flags],
                           env=plane.env(), text=True, capture_output=True)
+
+
+def test_the_sps_job_stores_its_table_with_only_its_own_rbac(plane, tmp_path):
+    """The Job's `store` container; the profile it stores is a stand-in file."""
+    (job,) = jobs_of(plane, "sps-profile")
+    pod = eventually(lambda: plane.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=sps-profile")[
+        "items"], "the SPS Job started no pod")
+    assert pod[0]["spec"]["nodeName"] == GPU_NODE
+    (tmp_path / "sps.json").write_text('{"sample_batch_tokens": [1, 8], "sample_steps_per_sec": [50.0, 40.0]}')
+    for _ in range(2):  # creates, then replaces
+        out = run_job_container(plane, job, "dspark-sps-profile", tmp_path,
+                                **{"/var/cache/dspark/sps.json": tmp_path / "sps.json"})
+        assert out.returncode == 0 and out.stdout.split() in (["dspark-sps", "200"], ["dspark-sps", "201"]), out.stderr
+    stored = plane.get("configmap", "-n", NAMESPACE, "dspark-sps")["data"]["sps.json"]
+    assert stored == (tmp_path / "sps.json").read_text()
+    served = plane.get("deploy", "-n", NAMESPACE, RELEASE)["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "sps", "configMap": {"name": "dspark-sps", "optional": True, "defaultMode": 420}} in served
 
 
 def test_the_sps_job_survives_a_chart_version_bump_and_an_image_bump(plane, tmp_path):
@@ -201,16 +229,16 @@ def test_the_sps_job_survives_a_chart_version_bump_and_an_image_bump(plane, tmp_
     meta.write_text(meta.read_text().replace("version: 0.1.0", "version: 0.1.1").replace(
         'appVersion: "0.1.0"', 'appVersion: "0.1.1"'))
     sps = ("--set", "settings.policy=lagged", "--set", "spsProfile.enabled=true")
-    (before,) = sps_jobs(plane)
+    (before,) = jobs_of(plane, "sps-profile")
     bumped = upgrade_with(plane, chart, *sps)
     assert bumped.returncode == 0, bumped.stderr
-    (same,) = sps_jobs(plane)
+    (same,) = jobs_of(plane, "sps-profile")
     assert same["metadata"]["uid"] == before["metadata"]["uid"]  # its pod would run the same: not re-run
     assert same["metadata"]["labels"]["helm.sh/chart"] == "dspark-0.1.1"
     new_image = upgrade_with(plane, chart, *sps, "--set", "image.tag=0.1.1-sglang0.5.23")
     assert new_image.returncode == 0, new_image.stderr
-    jobs = eventually(lambda: [j for j in sps_jobs(plane) if not j["metadata"].get("deletionTimestamp")]
-                      if len(sps_jobs(plane)) == 1 else None, "the old SPS Job was never deleted")
+    jobs = eventually(lambda: [j for j in jobs_of(plane, "sps-profile") if not j["metadata"].get("deletionTimestamp")]
+                      if len(jobs_of(plane, "sps-profile")) == 1 else None, "the old SPS Job was never deleted")
     (job,) = jobs
     assert job["metadata"]["name"] != before["metadata"]["name"]
     (profile,) = [c for c in job["spec"]["template"]["spec"]["initContainers"] if c["name"] == "profile"]

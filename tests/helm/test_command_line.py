@@ -4,15 +4,16 @@ dspark's plugin and the admin sidecar, on CPU) until the readiness path answers 
 gRPC health, then one request.
 
 Only what cannot exist outside a pod is translated: each mount path becomes a folder of its own (the admin
-tokens Secret is written there from the rendered Secret), the paths docker/Dockerfile copies into the image
+tokens Secret, which the chart's token Job makes in a cluster, is written there with a token per file the
+arguments name), the paths docker/Dockerfile copies into the image
 become their source folders in this checkout, and the ports are free ones (set through the chart's own values,
 with listenAddress 127.0.0.1)."""
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import time
@@ -57,10 +58,10 @@ class RenderedServer:
             if mount["mountPath"] != "/dev/shm":  # SGLang's shared memory is the machine's own /dev/shm here
                 paths[mount["mountPath"]] = folder / mount["name"]
                 paths[mount["mountPath"]].mkdir()
-        secret = find(docs, "Secret", "-admin-tokens")
-        self.tokens = {name: base64.b64decode(value).decode() for name, value in secret["data"].items()}
-        for name, token in self.tokens.items():
-            (paths["/etc/dspark/admin-tokens"] / name).write_text(token)
+        args = self.container["args"]
+        for i, arg in enumerate(args[:-1]):
+            if arg in ("--admin-token-file", "--reader-token-file"):
+                Path(translate(args[i + 1], paths)).write_text(secrets.token_hex(24))
         self.cache = paths["/var/cache/dspark"]
         assert self.container["command"][0] == "dspark"
         self.command = [str(Path(sys.executable).parent / "dspark"), *self.container["command"][1:],

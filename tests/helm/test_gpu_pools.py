@@ -37,7 +37,7 @@ def test_the_qos_rule_tells_the_three_classes_apart():
 def test_every_pod_of_the_gpu_example_is_guaranteed_including_its_init_containers(render):
     docs = render("--values", str(GPU_EXAMPLE), "--set", "spsProfile.enabled=true")
     pods = pod_specs(docs)
-    assert len(pods) == 5  # the server, the router, the SPS Job and two `helm test` pods
+    assert len(pods) == 6  # the server, the router, the SPS and token Jobs and two `helm test` pods
     assert {name: qos_class(pod) for name, pod in pods.items()} == {name: "Guaranteed" for name in pods}
     serving = pods["Deployment/dspark"]
     assert [c["name"] for c in serving["initContainers"]] == ["fetch-target", "fetch-drafter"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helm.chart_tools import CHART, find
+from tests.helm.chart_tools import CHART, find, find_job
 
 GPU_EXAMPLE = CHART / "examples" / "qwen3-8b-gpu.yaml"
 LWS_API = ("--api-versions", "leaderworkerset.x-k8s.io/v1/LeaderWorkerSet")
@@ -34,7 +34,7 @@ def test_the_two_replica_gpu_example_downloads_per_pod_and_shares_no_claim(rende
     docs = render("--values", str(GPU_EXAMPLE), "--set", "spsProfile.enabled=true")
     assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
     pods = pod_specs(docs)
-    for name in ("Deployment/dspark", "Job/" + find(docs, "Job")["metadata"]["name"]):
+    for name in ("Deployment/dspark", "Job/" + find_job(docs, "sps-profile")["metadata"]["name"]):
         assert hub_cache(pods[name]) == {"name": "hub-cache", "emptyDir": {"sizeLimit": "100Gi"}}, name
         assert [c["name"] for c in pods[name]["initContainers"]][:1] == ["fetch-target"]
     claimed = [p for p in pods.values() for v in p.get("volumes", []) if "persistentVolumeClaim" in v]
@@ -72,7 +72,7 @@ def test_one_pod_at_a_time_keeps_its_downloads_on_a_read_write_once_claim(render
                   "--set", "spsProfile.enabled=true")
     assert find(docs, "PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadWriteOnce"]
     assert "persistentVolumeClaim" in hub_cache(find(docs, "Deployment")["spec"]["template"]["spec"])
-    assert "emptyDir" in hub_cache(find(docs, "Job")["spec"]["template"]["spec"])
+    assert "emptyDir" in hub_cache(find_job(docs, "sps-profile")["spec"]["template"]["spec"])
 
 
 def notes(helm, *flags: str) -> str:
