@@ -16,14 +16,16 @@ list without `dspark` to run SGLang without it.
                 token ids, n, max tokens, body size, sub-requests in flight); routes it cannot bound refused;
                 on SIGTERM, those routes answer 503 while the requests in flight finish (drain.py)
     strict_requests  OpenAI-compatible requests with an unknown field get 400 instead of running on defaults
+    liveness    GET /liveness: 503 when a scheduler stops running its loop, or has work and runs no forward,
+                for the liveness window; 200 while idle or busy
     draft_vocab_mask  a drafter with a draft vocabulary drafts among its tokens only, as in dspark's engine
     drafting    the drafting gate: a round skips the drafter's sampling while speculation cannot pay; a draft
                 step that raises is retried once, logged and counted (draft_faults.py)
 """
 from __future__ import annotations
 
-from dspark.integration import (admin, cpu, draft_vocab_mask, drafting, flashinfer_verify, planner, redaction,
-                                request_gate, rounds, startup, strict_requests)
+from dspark.integration import (admin, cpu, draft_vocab_mask, drafting, flashinfer_verify, liveness, planner,
+                                redaction, request_gate, rounds, startup, strict_requests)
 from dspark.integration.scheduler_state import SchedulerState
 
 
@@ -40,3 +42,4 @@ def register() -> None:
     strict_requests.install()
     draft_vocab_mask.install()
     drafting.install(state)
+    liveness.install(state)

@@ -3,7 +3,7 @@
 Each field carries its `Spec` (models/decoding/settings.py), and everything that sets these values derives from
 it: `dspark serve --max-body-bytes ...` (ops/commands/settings_args.py), the chart's `requestLimits` values
 and their schema (scripts/gen_chart_schema.py), and the JSON in `DSPARK_REQUEST_LIMITS` that `dspark serve`
-hands to SGLang's HTTP process, which checks it again when the plugin installs the gate.
+hands to SGLang's HTTP process, which checks it again when the plugin installs the gate (env_settings.py).
 
     max_body_bytes       a request body larger than this is answered 413 before any of it is parsed
     max_logprobs         logprobs / top_logprobs / top_logprobs_num at most this (OpenAI's own cap is 20;
@@ -18,19 +18,16 @@ context length long: those bounds come from the model, not from here.
 """
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Optional
 
-from dspark.models.decoding.settings import check_value, setting
-from dspark.models.errors import ConfigError
-
-ENV_VAR = "DSPARK_REQUEST_LIMITS"
+from dspark.integration.env_settings import EnvSettings
+from dspark.models.decoding.settings import setting
 
 
 @dataclass(frozen=True)
-class RequestLimits:
+class RequestLimits(EnvSettings):
+    ENV_VAR = "DSPARK_REQUEST_LIMITS"
     max_body_bytes: int = setting(4 << 20, "request body bytes; larger bodies get 413 before they are parsed", int,
                                   low=1024, high=1 << 30)
     max_logprobs: int = setting(20, "logprobs / top_logprobs / top_logprobs_num per token", int, low=0, high=1024)
@@ -40,23 +37,3 @@ class RequestLimits:
     max_new_tokens: Optional[int] = setting(None, "tokens a request may generate (null: the context length)",
                                             int, low=1, nullable=True)
 
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            check_value(f.name, getattr(self, f.name), f.metadata["spec"], self)
-
-    @classmethod
-    def from_env(cls) -> "RequestLimits":
-        """The limits `dspark serve` handed over (the defaults when it handed none); a ConfigError names a bad one."""
-        try:
-            raw = json.loads(os.environ.get(ENV_VAR) or "{}")
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{ENV_VAR} is not JSON: {err}") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{ENV_VAR} must be a JSON object")
-        unknown = sorted(set(raw) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ConfigError(f"unknown request limit(s) {unknown} in {ENV_VAR}")
-        return cls(**raw)
-
-    def to_env(self) -> dict[str, str]:
-        return {ENV_VAR: json.dumps(asdict(self))}

@@ -35,7 +35,8 @@ OPEN_ENDPOINTS = frozenset({
     "model_info", "get_server_info", "server_info", "get_hicache_l3_cache_layout", "open_session", "close_session",
     "parse_function_call_request", "separate_reasoning_request", "openai_v1_tokenize", "openai_v1_detokenize",
     "available_models", "retrieve_model", "v1_retrieve_responses", "v1_cancel_responses", "sglang_root",
-    "ollama_tags", "ollama_show", "anthropic_v1_count_tokens", "sagemaker_health", "get_loads"})
+    "ollama_tags", "ollama_show", "anthropic_v1_count_tokens", "sagemaker_health", "get_loads",
+    "dspark_liveness"})  # the plugin's own GET /liveness (liveness.py)
 OPEN_MOUNTS = frozenset({"/metrics"})  # Prometheus' app, mounted by SGLang with --enable-metrics
 
 

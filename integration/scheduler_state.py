@@ -20,6 +20,7 @@ import torch.distributed
 from dspark.integration.calibration import LiveCalibration
 from dspark.integration.draft_faults import FaultInjector
 from dspark.integration.drafting import ServedGate
+from dspark.integration.liveness import Heartbeat
 from dspark.integration.planner import PlannerTrace
 from dspark.integration.round_sampler import RoundSampler
 from dspark.integration.runtime_state import RuntimeStateStore
@@ -53,6 +54,7 @@ class SchedulerState:
     gate: ServedGate = field(default_factory=ServedGate)
     faults: FaultInjector = field(default_factory=FaultInjector.from_environment)
     update: UpdateInFlight = field(default_factory=UpdateInFlight)
+    heartbeat: Heartbeat = field(default_factory=Heartbeat.from_environment)  # what GET /liveness reads
 
     def sps_table(self) -> Optional[SpsTable]:
         """The SPS table the planner plans on now (None: no store, or a policy without a table)."""

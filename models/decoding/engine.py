@@ -156,7 +156,8 @@ class SpeculativeDecoder:
         drafting = self.drafter is not None and self.gate.drafts(len(batch.rows))
         block = self.draft(batch.state, batch.unseen_context(), batch.anchor, config.sampling, generator) \
             if drafting else None
-        lengths, batch.lagged = self.verify_lengths(block, results, batch.rows, config, batch.lagged)
+        lengths, batch.lagged = self.verify_lengths(block, results, batch.rows, config, batch.lagged,
+                                                    batch.anchor.device)
         drafted = time.perf_counter()
         width = int(lengths.max()) + 1
         anchor = batch.anchor
@@ -189,11 +190,11 @@ class SpeculativeDecoder:
         return self.drafter.propose(state, context_hidden=hidden, context_tokens=tokens, context_lengths=lengths,
                                     anchor=anchor, sampling=sampling, generator=generator)
 
-    def verify_lengths(self, block: Optional[DraftBlock], results, rows, config, lagged) -> tuple:
-        """(the policy's k per request, never drafting past max_new_tokens: [bs] long; the confidences it saw,
-        which are the lagged ones next round)."""
-        if block is None:
-            return torch.zeros(len(rows), dtype=torch.long), None
+    def verify_lengths(self, block: Optional[DraftBlock], results, rows, config, lagged, device) -> tuple:
+        """(the policy's k per request, never drafting past max_new_tokens: [bs] long on the target's device; the
+        confidences it saw, which are the lagged ones next round)."""
+        if block is None:  # a plain round verifies the anchor alone
+            return torch.zeros(len(rows), dtype=torch.long, device=device), None
         confidence = block.confidence(self.sts_temperatures)
         if confidence is None:
             confidence = torch.ones(block.tokens.shape, device=block.tokens.device)

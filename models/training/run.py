@@ -41,6 +41,7 @@ from dspark.models.training.export import (config_json, dataset_stats, describe_
 from dspark.models.training.evaluate import greedy_acceptance
 from dspark.models.training.feature_store import StoredFeatures, StoreLayout, open_store, store_directory, write_shard
 from dspark.models.training.losses import DFLASH_LOSS, DSPARK_LOSS
+from dspark.models.training.monitor import RunMonitor
 from dspark.models.training.regenerate import read_regenerated
 from dspark.models.training.tasks import BlockTask, Eagle3Task, TrainTask
 from dspark.models.training.drafter_init import check_same_drafter, init_from_drafter
@@ -124,6 +125,7 @@ class TrainJob:
     held_out_percent: int
     data_cache_dir: Path
     eval_samples: int = 32  # held-out greedy continuations for the acceptance check (0: skip)
+    eval_every: int = 0  # steps between held-out checks during training, keeping the best drafter (0: only the end)
     save_dtype: str = "bfloat16"
     slim: bool = False  # export without the frozen embedding / lm_head copies
     resume: bool = False
@@ -140,6 +142,9 @@ class TrainJob:
     command: str = ""
 
     def __post_init__(self) -> None:
+        if self.eval_every < 0 or (self.eval_every and not self.eval_samples):
+            raise ConfigError(f"--eval-every must be >= 0, and > 0 only with --eval-samples above 0; got "
+                              f"{self.eval_every} with --eval-samples {self.eval_samples}")
         if self.loss_over_draft_vocab and self.spec.kind == "eagle3":
             raise ConfigError("--loss-over-draft-vocab trains the block drafters (dspark, dflash); Eagle3's "
                               "test-time-training loss runs over the full vocabulary")
@@ -230,20 +235,32 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     dist.barrier()  # rank 0 wrote the draft vocabulary
     vocab_ids = load_draft_vocab(job.out_dir, target_config.vocab_size)  # the one the exported drafter drafts among
     task = build_task(config, job.spec.n_anchors, vocab_ids if job.loss_over_draft_vocab else None)
-    trainer = Trainer(drafter, target, dataset, task, job.train, job.work_dir, dist, features=features)
+    def held_out_set() -> TokenDataset:  # the target's greedy replies to held-out prompts (rank 0)
+        eval_source = "chat" if job.data.source == "chat" or job.data_file is not None else "generations"
+        eval_cfg = dataclasses.replace(job.data, source=eval_source, num_samples=job.eval_samples, temperature=0.0)
+        eval_key = {**key, "data": asdict(eval_cfg), "split": "held_out"}
+        return cached_dataset(documents("held_out"), eval_cfg, target, eos_id, eval_key, job.data_cache_dir,
+                              DistContext(device=dist.device))
+
+    def held_out_check(eval_set: TokenDataset):
+        return greedy_acceptance(drafter, target, eval_set, config.target_layer_ids, vocab_ids=vocab_ids)
+
+    monitor, eval_set = None, None
+    if dist.is_main:
+        eval_set = held_out_set() if job.eval_every else None
+        evaluate = (lambda: held_out_check(eval_set).tau) if eval_set is not None else None
+        monitor = RunMonitor(job.work_dir, evaluate, job.eval_every)
+    trainer = Trainer(drafter, target, dataset, task, job.train, job.work_dir, dist, features=features,
+                      monitor=monitor)
     if job.resume:
         trainer.resume()
     result = trainer.run()
     if not dist.is_main:
         return None
-    held_out = None
-    if job.eval_samples:
-        eval_source = "chat" if job.data.source == "chat" or job.data_file is not None else "generations"
-        eval_cfg = dataclasses.replace(job.data, source=eval_source, num_samples=job.eval_samples, temperature=0.0)
-        eval_key = {**key, "data": asdict(eval_cfg), "split": "held_out"}
-        eval_set = cached_dataset(documents("held_out"), eval_cfg, target, eos_id, eval_key,
-                                  job.data_cache_dir, DistContext(device=dist.device))
-        held_out = greedy_acceptance(drafter, target, eval_set, config.target_layer_ids, vocab_ids=vocab_ids).to_json()
+    kept_best = monitor.load_best(drafter)  # the export is the drafter of the best held-out tau, not the last
+    if job.eval_samples and eval_set is None:
+        eval_set = held_out_set()
+    held_out = held_out_check(eval_set).to_json() if eval_set is not None else None
     info = {
         "kind": config.kind, "target": portable(job.target_dir), "target_sha256": fingerprint,
         "drafter_config": config_json(config),
@@ -256,6 +273,7 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         "init_from_target": job.init_from_target, "bf16": job.train.bf16,
         "init_from_drafter": None if job.init_from_drafter is None else portable(job.init_from_drafter),
         "loss_over_draft_vocab": job.loss_over_draft_vocab,
+        "held_out_every": monitor.evaluations, "exported_best": monitor.best if kept_best else None,
         "trainable_params": sum(p.numel() for p in drafter.parameters() if p.requires_grad),
     }
     job.out_dir.mkdir(parents=True, exist_ok=True)

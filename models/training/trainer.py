@@ -14,7 +14,7 @@ DDP's gradient averaging (as DeepSpec does). Only rank 0 writes checkpoints, log
 process path (world_size 1) never touches torch.distributed.
 
 Checkpoints: `<out>/checkpoints/step_XXXXXXX/trainer_state.pt` holds the drafter's fp32 state dict, optimizer,
-scheduler, step, wall time, log history and torch RNG state; `<out>/checkpoints/latest` names the newest. Data
+scheduler, step, wall time, log history, torch RNG state and the run monitor's held-out checks (monitor.py); `<out>/checkpoints/latest` names the newest. Data
 order and anchors are stateless functions of (seed, step, micro-batch, rank), so resuming from a checkpoint
 continues exactly as an uninterrupted run would. Written every `checkpoint_every` steps and at the end (also when
 the `max_minutes` budget stops the run early).
@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from tqdm import tqdm
 from dspark.models.errors import CheckpointError, ConfigError
 from dspark.models.training.data import TokenDataset
 from dspark.models.training.feature_cache import OnlineFeatures
+from dspark.models.training.monitor import RunMonitor
 from dspark.models.training.tasks import TargetOutputs, TrainTask
 
 TargetFeatureSource = Callable[[torch.Tensor, TokenDataset], TargetOutputs]  # (sample ids [bs], batch) -> outputs
@@ -163,9 +165,11 @@ class Trainer:
         dist: DistContext = DistContext(),
         progress: bool = True,
         features: TargetFeatureSource | None = None,  # default: run the target on each micro-batch
+        monitor: RunMonitor | None = None,  # rank 0: TensorBoard and the periodic held-out check (monitor.py)
     ) -> None:
         self.drafter, self.target, self.dataset, self.task, self.cfg = drafter, target, dataset, task, cfg
         self.out_dir, self.dist, self.progress = Path(out_dir), dist, progress
+        self.monitor = monitor if dist.is_main else None
         self.target.requires_grad_(False).eval()
         self.features = features or OnlineFeatures(target, task.target_layer_ids)
         self.params = [p for p in drafter.parameters() if p.requires_grad]
@@ -180,6 +184,7 @@ class Trainer:
             self.optimizer, lambda s: lr_factor(s, cfg.steps, cfg.warmup_frac)
         )
         self.step, self.prior_wall_s, self.history = 0, 0.0, []
+        self.window: list[dict[str, float]] = []  # the steps since the last log entry (a checkpoint keeps them)
 
     def _micro_step(self, micro_index: int, sync: bool) -> dict[str, float]:
         cfg, dist = self.cfg, self.dist
@@ -222,19 +227,22 @@ class Trainer:
         """Train from the current step to cfg.steps (or until the time budget runs out); checkpoint at the end."""
         cfg, start = self.cfg, time.monotonic()
         budget_s = None if cfg.max_minutes is None else cfg.max_minutes * 60.0
-        window: list[dict[str, float]] = []
         show = self.progress and self.dist.is_main
         bar = tqdm(total=cfg.steps, initial=self.step, desc="train", unit="step", disable=not show)
+        if self.monitor:
+            self.monitor.start(self.step)
         self.drafter.train()
         stopped_early, last = False, {}
         while self.step < cfg.steps:
             last = self._optimizer_step()
-            window.append(last)
+            self.window.append(last)
             bar.update(1)
             if self.step % cfg.log_every == 0 or self.step == cfg.steps:
-                self._log(window, self.prior_wall_s + time.monotonic() - start)
+                self._log(self.window, self.prior_wall_s + time.monotonic() - start)
                 bar.set_postfix({k: f"{v:.4g}" for k, v in self.history[-1].items() if k not in ("step", "wall_s")})
-                window = []
+                self.window = []
+            if self.monitor:
+                self.monitor.after_step(self.step, self.drafter)
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < cfg.steps:
                 self.save_checkpoint(self.prior_wall_s + time.monotonic() - start)
             out_of_time = budget_s is not None and self.prior_wall_s + time.monotonic() - start >= budget_s
@@ -242,8 +250,11 @@ class Trainer:
                 stopped_early = True
                 break
         bar.close()
-        if window:
-            self._log(window, self.prior_wall_s + time.monotonic() - start)
+        if self.window:
+            self._log(self.window, self.prior_wall_s + time.monotonic() - start)
+            self.window = []
+        if self.monitor:
+            self.monitor.close()
         wall_s = self.prior_wall_s + time.monotonic() - start
         self.save_checkpoint(wall_s)
         final = self.history[-1] if self.history else last
@@ -252,6 +263,8 @@ class Trainer:
     def _log(self, window: list[dict[str, float]], wall_s: float) -> None:
         mean = {k: sum(t[k] for t in window) / len(window) for k in window[-1]}
         self.history.append({"step": self.step, "wall_s": round(wall_s, 2), **mean})
+        if self.monitor:
+            self.monitor.log(self.history[-1])
 
     def save_checkpoint(self, wall_s: float) -> Path | None:
         """Write the resumable state for the current step and point `latest` at it (rank 0 only)."""
@@ -266,11 +279,15 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "history": self.history,
+            "window": self.window,
             "torch_rng": torch.get_rng_state(),
             "train_config": asdict(self.cfg),
+            "monitor": self.monitor.state_dict() if self.monitor else None,
         }
         torch.save(state, directory / STATE_FILE)
-        (self.out_dir / "checkpoints" / LATEST).write_text(directory.name + "\n")
+        pointer = self.out_dir / "checkpoints" / LATEST
+        pointer.with_name(LATEST + ".tmp").write_text(directory.name + "\n")
+        os.replace(pointer.with_name(LATEST + ".tmp"), pointer)  # a kill mid-write leaves the old pointer
         self.write_log(wall_s)
         return directory
 
@@ -302,5 +319,8 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.prior_wall_s, self.history = state["step"], state["wall_s"], state["history"]
+        self.window = state.get("window", [])
         torch.set_rng_state(state["torch_rng"].cpu())
+        if self.monitor and state.get("monitor"):
+            self.monitor.load_state_dict(state["monitor"])
         return True

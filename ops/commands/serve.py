@@ -30,6 +30,11 @@ exits non-zero instead, so that Kubernetes sees a crash loop.
 
 Request limits (`--max-body-bytes`, `--max-logprobs`, `--max-n`, `--max-queued-requests`, `--max-new-tokens`;
 integration/request_limits.py) bound every request to a route that starts model work (integration/request_gate.py).
+
+Metrics are on (SGLang's `--enable-metrics`: SGLang's and dspark's families on /metrics) unless --no-metrics.
+
+Liveness: `GET /liveness` answers 503 once a scheduler has stopped running its loop, or has had work and run no
+forward, for --liveness-window seconds (integration/liveness.py); `/health_generate` stays the readiness check.
 """
 from __future__ import annotations
 
@@ -48,6 +53,7 @@ import psutil
 import torch
 
 from dspark.integration.addresses import http_url
+from dspark.integration.liveness import Liveness
 from dspark.integration.metrics import RESTARTS_ENV
 from dspark.integration.request_limits import RequestLimits
 from dspark.integration.runtime_state import compile_state
@@ -88,6 +94,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     server.add_argument("--max-total-tokens", type=int, default=None,
                         help=f"KV pool size in tokens (CPU default {CPU_MAX_TOTAL_TOKENS}; GPU: SGLang's choice)")
     server.add_argument("--max-running-requests", type=int, default=None, help="concurrent requests in a batch")
+    server.add_argument("--no-metrics", action="store_true",
+                        help="do not pass SGLang --enable-metrics (on by default: /metrics with SGLang's and dspark's "
+                             "families)")
     server.add_argument("--dry-run", action="store_true", help="print the SGLang command and environment; start nothing")
     server.add_argument("--drain-timeout", type=finite_float, default=DRAIN_TIMEOUT_S,
                         help="seconds the requests in flight get to finish after SIGTERM before SGLang is killed "
@@ -96,6 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"times SGLang is started again after exiting by itself within {RESTART_WINDOW_S:g} s "
                              f"before this command gives up and exits non-zero (default {MAX_RESTARTS}; 0: never)")
     add_settings_args(parser, "request limits (integration/request_limits.py)", schema=RequestLimits)
+    add_settings_args(parser, "liveness: GET /liveness (integration/liveness.py)", schema=Liveness)
     add_settings_args(parser, "runtime state (initial values; live-tunable through /set_internal_state)")
     server.add_argument("--http-admin-key-file", type=Path, default=None,
                         help="SGLang's --admin-api-key, which /set_internal_state and SGLang's other admin endpoints "
@@ -140,9 +150,11 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str],
         ["--max-total-tokens", str(args.max_total_tokens)] if args.max_total_tokens else [])
     if args.max_running_requests is not None:
         extra += ["--max-running-requests", str(args.max_running_requests)]
+    if not args.no_metrics:
+        extra += ["--enable-metrics"]
     if args.max_restarts < 0:
         raise ConfigError(f"--max-restarts must be >= 0, got {args.max_restarts}")
-    env = values_from_args(args, RequestLimits).to_env()
+    env = {**values_from_args(args, RequestLimits).to_env(), **values_from_args(args, Liveness).to_env()}
     if args.drafter is not None:
         drafter = read_drafter_config(args.drafter, target_config)
         # Checked whole now; without a table, causal/lagged get the one the plugin profiles at engine start.

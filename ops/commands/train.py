@@ -117,6 +117,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "epoch on it, memory-mapped (default: off, a target forward every step)")
     data.add_argument("--eval-samples", type=int, default=32,
                       help="held-out samples for the acceptance check (0: skip)")
+    data.add_argument("--eval-every", type=int, default=0,
+                      help="steps between held-out checks (teacher-forced greedy tau, TensorBoard heldout/tau); the "
+                           "export is the drafter of the best one (default 0: one check at the end)")
 
     t = parser.add_argument_group("optimisation")
     t.add_argument("--steps", type=int, default=1000, help="optimizer steps (the LR schedule spans them)")
@@ -215,7 +218,8 @@ def build_job(args: argparse.Namespace) -> TrainJob:
     return TrainJob(
         target_dir=args.target, out_dir=args.out, work_dir=args.work_dir or args.out / "work", spec=spec, data=data,
         train=train, stdlib_root=args.stdlib or default_stdlib_root(), held_out_percent=args.held_out_percent,
-        data_cache_dir=args.data_cache, eval_samples=args.eval_samples, save_dtype=args.save_dtype, slim=args.slim,
+        data_cache_dir=args.data_cache, eval_samples=args.eval_samples, eval_every=args.eval_every,
+        save_dtype=args.save_dtype, slim=args.slim,
         resume=args.resume, mask_token_id=args.mask_token_id, data_file=args.data, prompts_file=args.prompts_file,
         builtin_prompts=args.builtin_prompts,
         feature_cache_dir=args.feature_cache, init_from_target=args.init_from_target,

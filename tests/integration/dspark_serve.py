@@ -21,7 +21,7 @@ class DsparkServe:
     """`dspark serve` of the embedded target + DSpark with the admin API, in its own process group."""
 
     def __init__(self, folder: Path, cache: Path, admin_token: Path, reader_token: Path, otlp_endpoint: str,
-                 *sglang_args: str):
+                 *sglang_args: str, dspark_args: tuple[str, ...] = (), env: dict[str, str] | None = None):
         self.folder, self.cache, self.port, self.admin_port = folder, cache, free_port(), free_port()
         self.url, self.admin_address = f"http://127.0.0.1:{self.port}", f"127.0.0.1:{self.admin_port}"
         self.audit_log, self.log = folder / "audit.jsonl", folder / "serve.log"
@@ -32,21 +32,23 @@ class DsparkServe:
                         "--admin-token-file", str(admin_token), "--reader-token-file", str(reader_token),
                         "--admin-audit-log", str(self.audit_log), "--admin-update-rate", "100000",
                         "--admin-update-burst", "100000", "--otlp-endpoint", otlp_endpoint,
-                        "--otlp-service-name", f"dspark-{folder.name}", "--", "--max-running-requests", "8",
-                        "--decode-log-interval", "1", "--enable-metrics", *sglang_args]
-        self.env = {**os.environ, "DSPARK_CACHE": str(cache)}
+                        "--otlp-service-name", f"dspark-{folder.name}", *dspark_args, "--",
+                        "--max-running-requests", "8", "--decode-log-interval", "1", *sglang_args]
+        self.env = {**os.environ, "DSPARK_CACHE": str(cache), **(env or {})}
         self.env.pop("TRITON_INTERPRET", None)
         self.process: subprocess.Popen | None = None
 
     @classmethod
-    def alone(cls, folder: Path) -> "DsparkServe":
-        """A replica of its own under `folder`: its cache, an admin and a reader token file, no tracing."""
+    def alone(cls, folder: Path, dspark_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> "DsparkServe":
+        """A replica of its own under `folder`: its cache, an admin and a reader token file, no tracing; metrics on
+        (`dspark serve`'s default)."""
         tokens = folder / "tokens"
         tokens.mkdir(parents=True)
         for name in ("ops", "reader"):
             (tokens / name).write_text(f"{name}-token-of-a-test-replica\n")
         (folder / "replica").mkdir()
-        return cls(folder / "replica", folder / "cache", tokens / "ops", tokens / "reader", "")
+        return cls(folder / "replica", folder / "cache", tokens / "ops", tokens / "reader", "", dspark_args=dspark_args,
+                   env=env)
 
     def start(self) -> "DsparkServe":
         self.process = subprocess.Popen(self.command, env=self.env, cwd=self.folder, stdout=self.log.open("w"),

@@ -1,0 +1,31 @@
+"""`dspark serve --dry-run`: metrics on unless --no-metrics, and the liveness window handed to SGLang's HTTP process
+from its one definition (integration/liveness.py)."""
+import json
+
+import pytest
+
+from dspark.integration.liveness import Liveness
+from dspark.ops.cli import main
+
+from tests.ops.commands.test_serve_command import BASE, dry_run
+from tests.paths import EMBEDDED
+
+DRAFTER = ["--drafter", str(EMBEDDED / "dspark")]
+
+
+def test_metrics_are_on_by_default_and_off_with_no_metrics(capsys):
+    assert "--enable-metrics" in dry_run(capsys, *DRAFTER)[1]
+    assert "--enable-metrics" not in dry_run(capsys, *DRAFTER, "--no-metrics")[1]
+
+
+def test_the_liveness_window_reaches_sglang_with_its_default_or_the_flag(capsys):
+    assert json.loads(dry_run(capsys, *DRAFTER)[0][Liveness.ENV_VAR]) == {"liveness_window": 300.0}
+    assert json.loads(dry_run(capsys, *DRAFTER, "--liveness-window", "60")[0][Liveness.ENV_VAR])["liveness_window"] == 60
+
+
+@pytest.mark.parametrize("window, problem", [("0.5", "liveness_window must be in [1.0, 86400.0], got 0.5"),
+                                             ("100000", "liveness_window must be in [1.0, 86400.0], got 100000")])
+def test_a_window_out_of_range_stops_serve_naming_the_bound(capsys, window, problem):
+    assert main(BASE + DRAFTER + ["--liveness-window", window]) == 2
+    captured = capsys.readouterr()
+    assert problem in captured.err and "sglang.launch_server" not in captured.out
