@@ -209,7 +209,9 @@ class Trainer:
         summed = self.dist.all_reduce_sum(values)
         return dict(zip(terms, summed.tolist()))
 
-    def _optimizer_step(self) -> dict[str, float]:
+    def optimizer_step(self) -> dict[str, float]:
+        """One optimizer step (grad_accum micro-batches) without logging or checkpoints -> its loss terms,
+        grad_norm and lr. `run` loops over it; `gpu-check` times it alone."""
         terms: dict[str, float] = {}
         for m in range(self.cfg.grad_accum):
             micro = self._micro_step(self.step * self.cfg.grad_accum + m, sync=m == self.cfg.grad_accum - 1)
@@ -234,7 +236,7 @@ class Trainer:
         self.drafter.train()
         stopped_early, last = False, {}
         while self.step < cfg.steps:
-            last = self._optimizer_step()
+            last = self.optimizer_step()
             self.window.append(last)
             bar.update(1)
             if self.step % cfg.log_every == 0 or self.step == cfg.steps:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 import matplotlib
@@ -36,7 +35,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
 from dspark.kernels.warping import GREEDY, SamplingParams  # noqa: E402
 from dspark.models.decoding.cpu_linears import linear_plans  # noqa: E402
@@ -46,7 +44,7 @@ from dspark.models.decoding.verify_length import VerifyLengthPolicy  # noqa: E40
 from dspark.models.errors import ConfigError  # noqa: E402
 from dspark.models.evaluation.acceptance import acceptance_summary  # noqa: E402
 from dspark.models.prompts import encode_chat, load_prompts  # noqa: E402
-from dspark.models.evaluation.paired import format_ratio, paired_ratio  # noqa: E402
+from dspark.models.evaluation.paired import format_ratio, paired_ratio, timed_in_turns  # noqa: E402
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, save  # noqa: E402
 from dspark.models.evaluation.run import EvalSettings, evaluate, warm_up  # noqa: E402
 from dspark.ops.commands.decoding_args import (add_drafter_dtype_arg, add_drafting_arg,  # noqa: E402
@@ -172,29 +170,6 @@ def speed_phase(target, drafters: dict, encoded: dict, args) -> dict:
             row[kind] |= {"speedup": speedup, "speedup_runs": paired}
         results[str(batch_size)] = row
     return results
-
-
-def timed_in_turns(runs: dict, prompts: list, batch_size: int, config: GenerationConfig, repeats: int, seed: int,
-                   desc: str) -> tuple:
-    """Every decoder decodes every batch of `prompts`, `repeats` times. The decoders take turns batch by
-    batch, and the order rotates, so a drift in the machine's speed (a shared VM's varies by +-5% within
-    minutes) falls on all of them alike. -> ({kind: [wall seconds per repeat]}, {kind: the last repeat's
-    generations}, {kind: whether every repeat's tokens equal the "none" run's})"""
-    batches = [prompts[i:i + batch_size] for i in range(0, len(prompts), batch_size)]
-    kinds = list(runs)
-    walls = {kind: [0.0] * repeats for kind in kinds}
-    outputs = {kind: [[] for _ in batches] for kind in kinds}
-    identical = {kind: True for kind in kinds}
-    turns = [(repeat, b) for repeat in range(repeats) for b in range(len(batches))]
-    for turn, (repeat, b) in enumerate(tqdm(turns, desc=desc, unit="batch", leave=False)):
-        for kind in kinds[turn % len(kinds):] + kinds[: turn % len(kinds)]:
-            generator = torch.Generator().manual_seed(seed + b * batch_size)
-            begin = time.perf_counter()
-            outputs[kind][b] = runs[kind].generate(batches[b], config, generator)
-            walls[kind][repeat] += time.perf_counter() - begin
-        for kind in kinds:
-            identical[kind] &= [g.token_ids for g in outputs[kind][b]] == [g.token_ids for g in outputs["none"][b]]
-    return walls, {kind: [g for batch in outputs[kind] for g in batch] for kind in kinds}, identical
 
 
 def tables(report: dict) -> str:
