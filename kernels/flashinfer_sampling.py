@@ -21,7 +21,7 @@ distribution, so they may be anything with valid probabilities. Forcing a reject
 need a token the target gives probability 0, which a real vocabulary does not guarantee.
 
 `cap_chain_output` is the device-agnostic part (tested on CPU against the reference verification); the
-FlashInfer call needs CUDA and is checked by `make gpu-check`.
+FlashInfer call needs CUDA and FlashInfer (tests/kernels on such a machine, and `make gpu-check` where it imports).
 """
 from __future__ import annotations
 
