@@ -106,11 +106,15 @@ bench-trace: setup
 soak: setup
 	bash scripts/soak.sh
 
-# The GPU paths on one CUDA GPU, <= 10 minutes: the Triton kernels and FlashInfer paths against the references,
-# their speed against PyTorch and SGLang's own kernels at batch 1-256, and a FlashInfer-backend DSpark server
-# (docs/kernels.md). Not part of `make test`: CI has no GPU. GPU_PYTHON / GPU_WHEELS: scripts/gpu_check.sh.
+# The first thing to run on a lent GPU machine, <= 8 minutes, one table (docs/kernels.md#the-gpu-check): the Triton
+# kernels against their references with timings, FlashInfer (or why not), the engine decoding the embedded target
+# with its DSpark drafter (identical greedy output, speedup, tau) and a training step's throughput. No `setup`: it
+# runs from the repo as sent under the machine's own python (GPU_PYTHON) with its torch, Triton and transformers.
+# Without a GPU it is the dry run CI runs (tests/ops/commands/test_gpu_check_command.py).
+GPU_PYTHON ?= python3
+GPU_CHECK_OUT ?= bench/results/gpu-check
 gpu-check:
-	bash scripts/gpu_check.sh
+	GPU_PYTHON=$(GPU_PYTHON) bash scripts/gpu_check.sh --out $(GPU_CHECK_OUT)
 
 # Reproduce the committed embedded models (see the cards in embedded/*/README.md).
 embedded-models: embedded-target drafters
