@@ -233,6 +233,13 @@ smollm2-draft-vocabs: setup
 			--out $(RETIRED)/smollm2-$$drafter || exit 1; \
 	done
 
+# The data-scaling curve of issue 45 (item 6): SmolLM2 DSpark drafters on 0.1M, 0.5M and 2M reply tokens regenerated
+# through SGLang, decoded acceptance by position against tokens, the tokens a 1.5x demo would need; DFlash and Eagle3
+# at 0.5M for DSpark's training time. Hours on 2 cores; every stage resumes (scripts/scaling_curve.sh says what).
+.PHONY: scaling-curve
+scaling-curve: setup
+	scripts/scaling_curve.sh
+
 # Kubernetes (docs/deploy.md). The toolchain lives in $(DSPARK_CACHE)/k8s/bin: helm, kubectl and,
 # for the tests, kube-apiserver/-controller-manager/-scheduler built from Debian's kubernetes source package.
 .PHONY: k8s-tools image deploy undeploy
