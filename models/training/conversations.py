@@ -81,14 +81,36 @@ def _messages(record: dict, where: str, limits: ConversationLimits) -> list[Mess
     return messages
 
 
-def parse_conversation(line: str, where: str, limits: ConversationLimits = ConversationLimits()) -> list[Message]:
-    """The messages of one JSONL line (module docstring); ConfigError names `where` and what is wrong."""
+def parse_record(line: str, where: str, limits: ConversationLimits = ConversationLimits()):
+    """One JSONL line as JSON, its size bounded; ConfigError names `where`."""
     _bounded(len(line.encode()), limits.max_line_bytes, "the line's size in bytes", where)
     try:
-        record = json.loads(line)
+        return json.loads(line)
     except json.JSONDecodeError as error:
         raise ConfigError(f"{where}: not valid JSON ({error.msg})") from None
-    return conversation_from_record(record, where, limits)
+
+
+def parse_conversation(line: str, where: str, limits: ConversationLimits = ConversationLimits()) -> list[Message]:
+    """The messages of one JSONL line (module docstring); ConfigError names `where` and what is wrong."""
+    return conversation_from_record(parse_record(line, where, limits), where, limits)
+
+
+def jsonl_records(path: Path, what: str, limits: ConversationLimits = ConversationLimits()):
+    """(where, record) for each non-blank line of a JSONL file, parsed and bounded; `what` names the file in errors
+    (a flag, say)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{what} {path} does not exist")
+    count = 0
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                count += 1
+                _bounded(count, limits.max_records, "the number of records", str(path))
+                where = f"{path}:{number}"
+                yield where, parse_record(line, where, limits)
+    if not count:
+        raise ConfigError(f"{what} {path} has no records")
 
 
 def conversation_from_record(record, where: str, limits: ConversationLimits = ConversationLimits()) -> list[Message]:
@@ -103,18 +125,8 @@ def conversation_from_record(record, where: str, limits: ConversationLimits = Co
 
 def read_conversations(path: Path, limits: ConversationLimits = ConversationLimits()) -> list[list[Message]]:
     """Every conversation of a JSONL file, in file order (blank lines skipped)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"conversations file {path} does not exist")
-    conversations = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if line.strip():
-                conversations.append(parse_conversation(line, f"{path}:{number}", limits))
-                _bounded(len(conversations), limits.max_records, "the number of records", str(path))
-    if not conversations:
-        raise ConfigError(f"conversations file {path} has no records")
-    return conversations
+    return [conversation_from_record(record, where, limits)
+            for where, record in jsonl_records(path, "conversations file", limits)]
 
 
 def reply_skeleton(messages: list[Message]) -> list[Message]:

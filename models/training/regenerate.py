@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from dspark.models.errors import ConfigError
 from dspark.models.training.conversations import (ConversationLimits, Message, conversation_from_record,
-                                                  reply_skeleton)
+                                                  jsonl_records, reply_skeleton)
 
 
 @dataclass(frozen=True)
@@ -135,24 +135,10 @@ async def regenerate(conversations: list[list[Message]], backend: ReplyBackend, 
 
 def read_regenerated(path: Path, limits: ConversationLimits = ConversationLimits()) -> list[list[Message]]:
     """The conversations of a `dspark regenerate` output, in input order, each checked as hostile input."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"--data {path} does not exist")
     records = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            where = f"{path}:{number}"
-            if len(line.encode()) > limits.max_line_bytes:
-                raise ConfigError(f"{where}: the line's size is {len(line.encode())} bytes, above the bound "
-                                  f"{limits.max_line_bytes}")
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ConfigError(f"{where}: not valid JSON ({error.msg})") from None
-            if not isinstance(record, dict) or not isinstance(record.get("index"), int):
-                raise ConfigError(f"{where}: not a `dspark regenerate` record (needs an integer \"index\")")
-            records.append((record["index"], conversation_from_record({"messages": record.get("messages")}, where,
-                                                                      limits)))
-    if not records:
-        raise ConfigError(f"--data {path} has no records")
+    for where, record in jsonl_records(path, "--data", limits):
+        if not isinstance(record, dict) or not isinstance(record.get("index"), int):
+            raise ConfigError(f"{where}: not a `dspark regenerate` record (needs an integer \"index\")")
+        records.append((record["index"], conversation_from_record({"messages": record.get("messages")}, where,
+                                                                  limits)))
     return [messages for _, messages in sorted(records, key=lambda r: r[0])]
