@@ -28,8 +28,8 @@ Compact checkpoints (`save_drafter(..., draft_vocab=token_ids)`) are for a draft
 (`draft_vocab.json` beside the weights, models/drafters/draft_vocab.py): its Markov tables markov_w1 / markov_w2 keep
 only the rows of those tokens (SmolLM2: 8,192 of 49,152 rows, 10 of the drafter's 29 MB). It never drafts the other
 tokens, so their W2 rows are never read or trained; their W1 rows are read only for the first draft after an anchor
-outside the vocabulary (0.2% of SmolLM2's chat replies). `load_drafter` scatters the rows back with zeros elsewhere:
-such a first draft gets no Markov bias. SGLang reads weights by
+outside the vocabulary, which then gets no Markov bias (`load_drafter` scatters the rows back with zeros elsewhere).
+On the demo's answers that left acceptance unchanged at every position (embedded/smollm2-dspark-chat-vocab/README.md). SGLang reads weights by
 shape, so `sglang_checkpoint` writes the full-row copy it serves.
 
 `load_drafter(path, target_config, target_model=None)` refuses, with a CheckpointError naming each mismatch, a
