@@ -12,8 +12,10 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from dspark.kernels.warping import GREEDY
-from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
+from dspark.models.decoding.engine import Generation, GenerationConfig, SpeculativeDecoder
 from dspark.models.decoding.loading import Target, load_drafter_for
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.evaluation.acceptance import acceptance_summary
@@ -64,8 +66,25 @@ def engine_rows(target: Target, drafter_dir: Path, shapes: EngineShapes) -> list
         notes = (f"speedup {format_ratio(*paired_ratio(rates[policy], rates['none']))}, tau {summary['tau']:.2f}, "
                  f"{summary['mean_verify_len']:.2f} drafts verified a round")
         if not identical[policy]:
-            notes = "greedy output differs from the target alone's; " + notes
+            notes = first_difference(target, prompts, outputs["none"], outputs[policy]) + "; " + notes
         rows.append(Row(check, setup, PASSED if identical[policy] else FAILED, None,
                         f"{statistics.median(rates['none']):.0f} tok/s", f"{statistics.median(rates[policy]):.0f} tok/s",
                         notes))
     return rows
+
+
+def first_difference(target: Target, prompts: list, plain: list[Generation], speculative: list[Generation]) -> str:
+    """Where the speculative output first leaves the target alone's, with the target's margin between its top two
+    logits there: a margin near float32 rounding says the verify forward's other matmul shapes flipped a near-tie
+    (the rule is lossless in exact arithmetic), a wide one says a bug."""
+    for index, (alone, drafted) in enumerate(zip(plain, speculative)):
+        if alone.token_ids != drafted.token_ids:
+            pairs = zip(alone.token_ids, drafted.token_ids)
+            at = next((k for k, (a, b) in enumerate(pairs) if a != b), min(len(alone.token_ids), len(drafted.token_ids)))
+            device = next(target.model.parameters()).device
+            with torch.no_grad():
+                logits = target.model(torch.tensor([prompts[index] + alone.token_ids[:at]], device=device)).logits
+            top = logits[0, -1].float().topk(2).values
+            return (f"greedy output differs from the target alone's: prompt {index}, token {at}, where the target's "
+                    f"top-2 logit margin is {float(top[0] - top[1]):.2g}")
+    return "greedy output differs from the target alone's"

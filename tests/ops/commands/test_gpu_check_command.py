@@ -18,6 +18,9 @@ import pytest
 import torch
 from packaging.requirements import Requirement
 
+from dspark.models.decoding.engine import Generation
+from dspark.models.decoding.loading import load_target
+from dspark.ops.harness.gpu_check.engine_rows import first_difference
 from dspark.ops.harness.gpu_check.kernel_rows import OPS, Case, KernelShapes, compared, lengths_difference
 from dspark.ops.harness.gpu_check.parts import check_rows
 from dspark.ops.harness.gpu_check.table import failed
@@ -76,6 +79,17 @@ def test_a_kernel_that_disagrees_with_its_reference_fails_the_table():
                                                    lengths_difference), torch.device("cpu"), shapes)
     assert row.result == "FAIL" and row.max_abs_err == 1 and row.notes == "1 of 2 lengths differ"
     assert failed([row])
+
+
+def test_a_greedy_difference_is_located_with_the_targets_margin_there():
+    target = load_target(EMBEDDED / "target", cpu_linears="default")
+    prompt = target.tokenizer.encode("def main(")
+    alone, drafted = Generation(prompt, token_ids=[11, 12, 13]), Generation(prompt, token_ids=[11, 14, 13])
+    with torch.no_grad():
+        top = target.model(torch.tensor([prompt + [11]])).logits[0, -1].topk(2).values
+    note = first_difference(target, [prompt, prompt], [alone, alone], [alone, drafted])
+    assert note == ("greedy output differs from the target alone's: prompt 1, token 1, where the target's top-2 "
+                    f"logit margin is {float(top[0] - top[1]):.2g}")
 
 
 def test_a_part_past_the_budget_is_skipped_and_named():
