@@ -8,6 +8,12 @@ from tests.paths import REPO
 
 CHART = REPO / "helm" / "dspark"
 EXAMPLES = sorted((CHART / "examples").glob("*.yaml"))
+GPU_EXAMPLE = CHART / "examples" / "qwen3-8b-gpu.yaml"
+LWS_EXAMPLE = CHART / "examples" / "lws-2node-tp16.yaml"
+# what a cluster for the LWS example serves: a recent Kubernetes and the custom resources' APIs
+LWS_FLAGS = ("--kube-version", "1.30.0", "--api-versions", "leaderworkerset.x-k8s.io/v1/LeaderWorkerSet",
+             "--api-versions", "keda.sh/v1alpha1/ScaledObject",
+             "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor")
 
 
 def setup_k8s_tools(*flags: str) -> Path:
@@ -36,3 +42,18 @@ def find_job(docs: list[dict], component: str) -> dict:
     (job,) = [d for d in docs if d["kind"] == "Job"
               and d["metadata"]["labels"]["app.kubernetes.io/component"] == component]
     return job
+
+
+def pod_specs(docs: list[dict]) -> dict[str, dict]:
+    """{kind/name: pod spec} of every workload; a LeaderWorkerSet gives its leader and worker templates."""
+    pods = {}
+    for doc in docs:
+        spec, name = doc.get("spec", {}), f"{doc['kind']}/{doc['metadata']['name']}"
+        if doc["kind"] in ("Deployment", "Job"):
+            pods[name] = spec["template"]["spec"]
+        elif doc["kind"] == "LeaderWorkerSet":
+            for role in ("leaderTemplate", "workerTemplate"):
+                pods[f"{name}/{role}"] = spec["leaderWorkerTemplate"][role]["spec"]
+        elif doc["kind"] == "Pod":
+            pods[name] = spec
+    return pods

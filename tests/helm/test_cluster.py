@@ -289,4 +289,5 @@ def test_make_undeploy_removes_the_release_but_keeps_the_downloaded_models(plane
     assert plane.get("deploy,svc,networkpolicy,role,sa", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=dspark")[
         "items"] == []
     eventually(lambda: server_pods(plane) == [], "the serving pods were never deleted")
-    assert plane.get("pvc", "-n", NAMESPACE, "greedy-dspark-hub-cache")["status"]["phase"] == "Bound"  # resource-policy keep
+    # helm.sh/resource-policy: keep
+    assert plane.get("pvc", "-n", NAMESPACE, "greedy-dspark-hub-cache")["status"]["phase"] == "Bound"

@@ -3,8 +3,7 @@ renders is in the Guaranteed QoS class, computed here as the kubelet does (the A
 serving pods is checked in test_cluster.py)."""
 from __future__ import annotations
 
-from tests.helm.chart_tools import find
-from tests.helm.test_model_storage import GPU_EXAMPLE, pod_specs
+from tests.helm.chart_tools import GPU_EXAMPLE, find, pod_specs
 
 
 def qos_class(pod: dict) -> str:

@@ -5,25 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helm.chart_tools import CHART, find, find_job
-
-GPU_EXAMPLE = CHART / "examples" / "qwen3-8b-gpu.yaml"
-LWS_API = ("--api-versions", "leaderworkerset.x-k8s.io/v1/LeaderWorkerSet")
-
-
-def pod_specs(docs: list[dict]) -> dict[str, dict]:
-    """{kind/name: pod spec} of every workload; a LeaderWorkerSet gives its leader and worker templates."""
-    pods = {}
-    for doc in docs:
-        spec, name = doc.get("spec", {}), f"{doc['kind']}/{doc['metadata']['name']}"
-        if doc["kind"] in ("Deployment", "Job"):
-            pods[name] = spec["template"]["spec"]
-        elif doc["kind"] == "LeaderWorkerSet":
-            for role in ("leaderTemplate", "workerTemplate"):
-                pods[f"{name}/{role}"] = spec["leaderWorkerTemplate"][role]["spec"]
-        elif doc["kind"] == "Pod":
-            pods[name] = spec
-    return pods
+from tests.helm.chart_tools import CHART, GPU_EXAMPLE, LWS_FLAGS, find, find_job, pod_specs
 
 
 def hub_cache(pod: dict) -> dict:
@@ -48,7 +30,7 @@ def test_the_two_replica_gpu_example_downloads_per_pod_and_shares_no_claim(rende
     (["--set", "hub.cache.volume=claim", "--set", "rollingUpdate.maxSurge=0", "--set", "autoscaling.kind=hpa"],
      "autoscaling.kind=hpa"),
     (["--set", "hub.cache.volume=claim", "--set", "hub.cache.accessMode=ReadWriteOncePod",
-      "--set", "lws.enabled=true", *LWS_API], "lws.enabled"),
+      "--set", "lws.enabled=true", *LWS_FLAGS], "lws.enabled"),
 ])
 def test_a_claim_that_cannot_attach_to_every_pod_is_refused_naming_the_values_to_change(helm, flags, why):
     result = helm("template", "dspark", str(CHART), *flags, check=False)

@@ -186,17 +186,54 @@ the flag's own default, which is the schema's). */}}
 - {{ $v.tracing.serviceName | default (include "dspark.fullname" $root) | quote }}
 {{- end }}
 - --
-{{- range $v.sglangArgs }}
-- {{ . | quote }}
-{{- end }}
+{{- include "dspark.sglangArgs" $root }}
+{{- end -}}
+
+{{/* SGLang's arguments: the ones the chart derives, then the user's sglangArgs (which may not set a derived one).
+     Under LWS, SGLang's multi-node tensor parallelism: TP over every GPU of the group (gpu.count x lws.size), the
+     group's size as the node count, and the leader's address and this pod's index from LWS's environment (the
+     kubelet expands $(VAR) from the variables LWS adds to every pod of a group). */}}
+{{- define "dspark.sglangArgs" -}}
+{{- $v := .Values -}}
+{{- $derived := list "--model-path" "--host" "--port" -}}
 {{- if $v.lws.enabled }}
+{{- if lt (int $v.gpu.count) 1 }}
+{{- fail (printf "lws.enabled needs gpu.count >= 1 (got %v): multi-node tensor parallelism runs on GPUs" $v.gpu.count) }}
+{{- end }}
+{{- $derived = concat $derived (list "--tp-size" "--tp" "--tensor-parallel-size" "--dist-init-addr" "--nccl-init-addr" "--nnodes" "--node-rank") }}
+- --tp-size
+- {{ mul (int $v.gpu.count) (int $v.lws.size) | quote }}
+- --dist-init-addr
+- $(LWS_LEADER_ADDRESS):{{ $v.lws.distPort }}
 - --nnodes
 - $(LWS_GROUP_SIZE)
 - --node-rank
 - $(LWS_WORKER_INDEX)
-- --dist-init-addr
-- $(LWS_LEADER_ADDRESS):{{ $v.lws.distPort }}
 {{- end }}
+{{- range $v.sglangArgs }}
+{{- if has (regexReplaceAll "=.*" . "") $derived }}
+{{- fail (printf "sglangArgs sets %s, which the chart derives (--tp-size, --nnodes, --node-rank and --dist-init-addr from gpu.count x lws.size and LWS under lws.enabled; the model, host and port from target, listenAddress and http.port): remove it from sglangArgs" .) }}
+{{- end }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The serving pods' metadata (Deployment, LWS leader, LWS worker; .component: server or worker): the chart's
+     labels and podLabels, podAnnotations, and a checksum of the runtime settings and request limits (they reach
+     the pods as arguments; the annotation says which ones a pod started with). */}}
+{{- define "dspark.podMetadata" -}}
+{{- $v := .root.Values -}}
+labels:
+  {{- include "dspark.baseLabels" .root | nindent 2 }}
+  app.kubernetes.io/component: {{ .component }}
+  {{- with $v.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+annotations:
+  dspark.dev/settings-checksum: {{ dict "settings" $v.settings "requestLimits" $v.requestLimits | toJson | sha256sum }}
+  {{- with $v.podAnnotations }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end -}}
 
 {{/* The pod's grace period: scheduling.terminationGracePeriodSeconds, raised to the preStop sleep + 10 s + the
@@ -210,13 +247,17 @@ time the longest request (requestLimits.max_new_tokens) takes at scheduling.minD
 {{ $grace }}
 {{- end -}}
 
-{{/* Least privilege for every container; writable paths are emptyDir mounts. */}}
+{{/* Least privilege for every container; writable paths are emptyDir mounts. The one exception: the serving
+     container of an LWS group with lws.network.ipcLock (called with a dict holding addCapabilities). */}}
 {{- define "dspark.containerSecurityContext" -}}
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
 runAsNonRoot: true
 capabilities:
   drop: [ALL]
+  {{- if and (kindIs "map" .) (hasKey . "addCapabilities") }}
+  add: {{ .addCapabilities | toJson }}
+  {{- end }}
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
@@ -265,6 +306,12 @@ schedulerName: {{ . }}
 {{- if and .gpu (gt (int $v.gpu.count) 0) -}}
 {{- $_ := set $requests $v.gpu.resourceName ($v.gpu.count | toString) -}}
 {{- $_ := set $limits $v.gpu.resourceName ($v.gpu.count | toString) -}}
+{{- end -}}
+{{- if and .gpu $v.lws.enabled -}}{{/* RDMA devices (lws.network.resources), requested as they are limited */}}
+{{- range $name, $quantity := $v.lws.network.resources -}}
+{{- $_ := set $requests $name ($quantity | toString) -}}
+{{- $_ := set $limits $name ($quantity | toString) -}}
+{{- end -}}
 {{- end -}}
 {{- with $requests -}}
 requests:

@@ -80,7 +80,12 @@ containers:
       {{- . | nindent 6 }}
     {{- end }}
     securityContext:
+      {{- if and $v.lws.enabled $v.lws.network.ipcLock }}
+      {{- /* the scoped exception (docs/deploy.md): NCCL over InfiniBand pins memory */}}
+      {{- include "dspark.containerSecurityContext" (dict "addCapabilities" (list "IPC_LOCK")) | nindent 6 }}
+      {{- else }}
       {{- include "dspark.containerSecurityContext" $root | nindent 6 }}
+      {{- end }}
     terminationMessagePolicy: FallbackToLogsOnError
     volumeMounts:
       - {name: shm, mountPath: /dev/shm}
@@ -92,6 +97,11 @@ containers:
       {{- end }}
       {{- if $v.spsProfile.enabled }}
       - {name: sps, mountPath: /etc/dspark/sps, readOnly: true}
+      {{- end }}
+      {{- if $v.lws.enabled }}
+      {{- with $v.lws.network.extraVolumeMounts }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
       {{- end }}
       {{- if and $v.admin.enabled (not .worker) }}
       - {name: admin-tokens, mountPath: /etc/dspark/admin-tokens, readOnly: true}
@@ -110,6 +120,11 @@ volumes:
   - {name: tmp, emptyDir: {}}
   {{- with include "dspark.modelVolumes" (dict "root" $root "roles" (list "target" "drafter") "claim" (eq (include "dspark.hubCacheVolume" $root) "claim")) | trim }}
   {{- . | nindent 2 }}
+  {{- end }}
+  {{- if $v.lws.enabled }}
+  {{- with $v.lws.network.extraVolumes }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
   {{- end }}
   {{- if and $v.admin.enabled (not .worker) }}
   - name: admin-tokens
