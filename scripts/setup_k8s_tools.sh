@@ -6,6 +6,7 @@
 #                                   built from Debian bookworm's `kubernetes` source package (the only
 #                                   registry here that ships an API server: ~6 min on 2 cores, once)
 #   etcd, go, rsync, jq             Debian packages (etcd runs the tests' cluster; the others build it)
+#   crd-models                      npm: KEDA's and the Prometheus operator's custom resource validators
 # Idempotent: each piece is skipped when already there; a lock keeps concurrent callers from racing.
 # Prints the bin folder's path last, so callers can `bin=$(scripts/setup_k8s_tools.sh | tail -n 1)`.
 #
@@ -88,5 +89,16 @@ if [ ! -x "$bin/kube-scheduler" ]; then
         install -m 0755 "$src/_output/bin/$server" "$bin/"
     done
     rm -rf "$work"  # 2.3 GB of sources and Go cache; the binaries are all the tests need
+fi
+# The custom resources' schemas for tests/helm/test_crds.py: the validators kubernetes-models-ts generates from
+# KEDA's and the Prometheus operator's CRDs (npm, pinned with their dependencies). No registry reachable here
+# ships the CRDs themselves or LeaderWorkerSet's (test_crds.py says what was tried).
+CRD_MODELS=(@kubernetes-models/keda@2.0.0 @kubernetes-models/prometheus-operator@6.0.0
+            @kubernetes-models/validate@5.0.2 @kubernetes-models/base@6.0.1 @kubernetes-models/apimachinery@3.0.2
+            kubernetes-models@5.1.0)
+if [ ! -d "$k8s/crd-models/node_modules/@kubernetes-models/prometheus-operator" ]; then
+    echo "setup_k8s_tools: custom resource validators from npm (${CRD_MODELS[*]})" >&2
+    mkdir -p "$k8s/crd-models" && echo '{"private": true}' > "$k8s/crd-models/package.json"
+    (cd "$k8s/crd-models" && npm install --silent --no-audit --no-fund --save-exact "${CRD_MODELS[@]}")
 fi
 echo "$bin"

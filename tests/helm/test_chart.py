@@ -64,8 +64,8 @@ def test_two_renders_of_the_same_values_are_byte_identical(helm, example):
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
 @pytest.mark.parametrize("example", [None, *EXAMPLES], ids=lambda p: p.stem if p else "defaults")
 def test_rendered_manifests_validate_strictly(helm, example, kube_version):
-    """Built-in kinds only: kubernetes-validate has no schema for custom resources (test_crds.py checks those on
-    the API server)."""
+    """Built-in kinds only: kubernetes-validate has no schema for custom resources (test_crds.py checks those
+    against their CRDs' schemas)."""
     values = ["--values", str(example)] if example else []
     if example and yaml.safe_load(example.read_text()).get("lws", {}).get("enabled"):
         if kube_version < "1.26":
