@@ -124,7 +124,7 @@ def test_the_restricted_profile_exception_is_opt_in_and_on_the_serving_container
 
 def test_the_pdb_covers_whole_groups_and_keda_scales_the_set(render):
     docs = render("--values", str(LWS_EXAMPLE), *LWS_FLAGS)
-    selector = find(docs, "PodDisruptionBudget")["spec"]["selector"]
+    selector = find(docs, "PodDisruptionBudget", "dspark")["spec"]["selector"]
     assert selector["matchExpressions"] == [{"key": "app.kubernetes.io/component", "operator": "In",
                                              "values": ["server", "worker"]}]
     for template in templates(docs).values():

@@ -87,6 +87,11 @@ def test_every_value_in_values_yaml_is_documented():
     (["--set", "image.digest=latest"], "/image/digest"),
     (["--set", "tracing.protocol=udp"], "/tracing/protocol"),
     (["--set", "replicas=2"], "replicas"),
+    (["--set", "hub.cache.volume=nfs"], "/hub/cache/volume"),
+    (["--set", "router.digest=latest"], "/router/digest"),
+    (["--set", "ingress.host=Not A Host"], "/ingress/host"),
+    (["--set", "lws.network.ipcLok=true"], "ipcLok"),
+    (["--set", "autoscaling.keda.metric=sum(x)"], "/autoscaling/keda/metric"),
 ])
 def test_the_schema_refuses_bad_values(helm, flags, problem):
     result = helm("template", "dspark", str(CHART), *flags, check=False)

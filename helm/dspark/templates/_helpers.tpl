@@ -48,6 +48,17 @@ app.kubernetes.io/component: router
 {{- end -}}
 {{- end -}}
 
+{{/* The Service in front of the OpenAI-compatible API: the router's when there is one. */}}
+{{- define "dspark.apiBackend" -}}
+{{- if .Values.router.enabled -}}
+name: {{ include "dspark.fullname" . }}-router
+port: {number: {{ .Values.router.port }}}
+{{- else -}}
+name: {{ include "dspark.fullname" . }}
+port: {number: {{ .Values.http.port }}}
+{{- end -}}
+{{- end -}}
+
 {{- define "dspark.adminTokensSecret" -}}
 {{- .Values.admin.tokens.existingSecret | default (printf "%s-admin-tokens" (include "dspark.fullname" .)) -}}
 {{- end -}}
