@@ -27,6 +27,8 @@ from dspark.ops.cli import main
 from dspark.ops.admin.sidecar import stop_sidecar
 from dspark.ops.commands.admin_server import EXIT_DEADLINE_S
 
+from tests.pki import make_pki
+
 NOWHERE = SGLangBackend(f"http://127.0.0.1:{free_port()}", timeout_s=2)  # no replica: calls past auth fail
 
 
@@ -121,24 +123,10 @@ def test_every_refused_change_is_audited_and_counted(running, tmp_path):
         client.close()
 
 
-def openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl."""
-    d = tmp_path_factory.mktemp("pki")
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
-            "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"))
-    for name, subject, ext in (("server", "/CN=127.0.0.1", "subjectAltName=IP:127.0.0.1"),
-                               ("client", "/CN=ops-laptop", "extendedKeyUsage=clientAuth")):
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", str(d / f"{name}.key"),
-                "-out", str(d / f"{name}.csr"))
-        write(d, f"{name}.ext", ext + "\n")
-        openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
-                "-CAcreateserial", "-days", "2", "-extfile", str(d / f"{name}.ext"), "-out", str(d / f"{name}.pem"))
-    return d
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (tests/pki.py)."""
+    return make_pki(tmp_path_factory.mktemp("pki"), "/CN=127.0.0.1", "IP:127.0.0.1")
 
 
 def test_mtls_identifies_the_client_certificate_and_refuses_clients_without_one(pki, book, tmp_path):
