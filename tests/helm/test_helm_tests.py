@@ -17,28 +17,15 @@ from dspark.ops.admin.security import AuditLog, RateLimiter, TlsFiles, TokenBook
 from dspark.ops.admin.service import AdminService
 
 from tests.helm.chart_tools import find
+from tests.pki import make_pki
 
 SERVICE = "dspark-admin.dspark.svc"  # the chart's admin Service for release dspark in namespace dspark
-
-
-def openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     """A CA, a server certificate for the admin Service's DNS name (and localhost), a client certificate."""
-    d = tmp_path_factory.mktemp("pki")
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
-            "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"))
-    for name, ext in (("server", f"subjectAltName=DNS:{SERVICE},DNS:localhost"),
-                      ("client", "extendedKeyUsage=clientAuth")):
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", str(d / f"{name}.key"),
-                "-out", str(d / f"{name}.csr"))
-        (d / f"{name}.ext").write_text(ext + "\n")
-        openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.crt"), "-CAkey", str(d / "ca.key"),
-                "-CAcreateserial", "-days", "2", "-extfile", str(d / f"{name}.ext"), "-out", str(d / f"{name}.crt"))
-    return d
+    return make_pki(tmp_path_factory.mktemp("pki"), "/CN=dspark-admin", f"DNS:{SERVICE},DNS:localhost")
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +35,7 @@ def admin_port(pki, tmp_path_factory):
     book = TokenBook.from_files([folder / "ops"], [])
     nowhere = SGLangBackend(f"http://127.0.0.1:{free_port()}", timeout_s=2)
     service = AdminService(nowhere, book, RateLimiter(10.0, 10), AuditLog(folder / "audit.jsonl"))
-    admin = server.start(service, "127.0.0.1", 0, TlsFiles(pki / "server.crt", pki / "server.key", pki / "ca.crt"))
+    admin = server.start(service, "127.0.0.1", 0, TlsFiles(pki / "server.pem", pki / "server.key", pki / "ca.pem"))
     yield admin.port
     admin.stop()
 
@@ -58,8 +45,8 @@ def run_test_pod(render, pki, port: int, *flags: str) -> subprocess.CompletedPro
     (container,) = find(docs, "Pod", "-test-grpc")["spec"]["containers"]
     script = container["args"][0]
     assert f'"{SERVICE}:{port}"' in script  # the Service's name, never a pod IP
-    for inside, here in (("/etc/dspark/admin-tls/ca.crt", pki / "ca.crt"),
-                         ("/etc/dspark/admin-client/tls.crt", pki / "client.crt"),
+    for inside, here in (("/etc/dspark/admin-tls/ca.crt", pki / "ca.pem"),
+                         ("/etc/dspark/admin-client/tls.crt", pki / "client.pem"),
                          ("/etc/dspark/admin-client/tls.key", pki / "client.key")):
         script = script.replace(inside, str(here))
     script = script.replace(SERVICE, "localhost")
