@@ -126,6 +126,7 @@ class TrainJob:
     data_cache_dir: Path
     eval_samples: int = 32  # held-out greedy continuations for the acceptance check (0: skip)
     eval_every: int = 0  # steps between held-out checks during training, keeping the best drafter (0: only the end)
+    fsdp: bool = False  # several ranks: the drafter sharded with FSDP2 (sharding.py) instead of replicated by DDP
     save_dtype: str = "bfloat16"
     slim: bool = False  # export without the frozen embedding / lm_head copies
     resume: bool = False
@@ -142,6 +143,9 @@ class TrainJob:
     command: str = ""
 
     def __post_init__(self) -> None:
+        if self.fsdp and self.eval_every:
+            raise ConfigError("--eval-every runs the held-out check on rank 0 alone, which an FSDP2-sharded drafter "
+                              "cannot: drop --fsdp or --eval-every")
         if self.eval_every < 0 or (self.eval_every and not self.eval_samples):
             raise ConfigError(f"--eval-every must be >= 0, and > 0 only with --eval-samples above 0; got "
                               f"{self.eval_every} with --eval-samples {self.eval_samples}")
@@ -251,10 +255,15 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         evaluate = (lambda: held_out_check(eval_set).tau) if eval_set is not None else None
         monitor = RunMonitor(job.work_dir, evaluate, job.eval_every)
     trainer = Trainer(drafter, target, dataset, task, job.train, job.work_dir, dist, features=features,
-                      monitor=monitor)
+                      monitor=monitor, fsdp=job.fsdp)
     if job.resume:
         trainer.resume()
     result = trainer.run()
+    if trainer.fsdp:  # every rank takes part in gathering the sharded drafter; rank 0 checks and exports a plain one
+        gathered = trainer.full_drafter_state()
+        if dist.is_main:
+            drafter = DRAFTER_CLASSES[config.kind].from_target(target, config).to(dist.device)
+            drafter.load_state_dict(gathered)
     if not dist.is_main:
         return None
     kept_best = monitor.load_best(drafter)  # the export is the drafter of the best held-out tau, not the last
@@ -273,7 +282,7 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         "init_from_target": job.init_from_target, "bf16": job.train.bf16,
         "init_from_drafter": None if job.init_from_drafter is None else portable(job.init_from_drafter),
         "loss_over_draft_vocab": job.loss_over_draft_vocab,
-        "held_out_every": monitor.evaluations, "exported_best": monitor.best if kept_best else None,
+        "fsdp": trainer.fsdp, "held_out_every": monitor.evaluations, "exported_best": monitor.best if kept_best else None,
         "trainable_params": sum(p.numel() for p in drafter.parameters() if p.requires_grad),
     }
     job.out_dir.mkdir(parents=True, exist_ok=True)

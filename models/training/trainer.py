@@ -13,8 +13,12 @@ each epoch's permutation, loss normalisers are all-reduced and the loss is multi
 DDP's gradient averaging (as DeepSpec does). Only rank 0 writes checkpoints, logs and the progress bar. The single
 process path (world_size 1) never touches torch.distributed.
 
+With `fsdp` the drafter is sharded with FSDP2 instead (sharding.py): the same loss scaling, the parameters,
+gradients and AdamW state split over the ranks, gathered onto rank 0 for checkpoints and the export.
+
 Checkpoints: `<out>/checkpoints/step_XXXXXXX/trainer_state.pt` holds the drafter's fp32 state dict, optimizer,
-scheduler, step, wall time, log history, torch RNG state and the run monitor's held-out checks (monitor.py); `<out>/checkpoints/latest` names the newest. Data
+scheduler, step, wall time, log history, torch RNG state and the run monitor's held-out checks (monitor.py);
+`<out>/checkpoints/latest` names the newest. Data
 order and anchors are stateless functions of (seed, step, micro-batch, rank), so resuming from a checkpoint
 continues exactly as an uninterrupted run would. Written every `checkpoint_every` steps and at the end (also when
 the `max_minutes` budget stops the run early).
@@ -37,6 +41,7 @@ from dspark.models.errors import CheckpointError, ConfigError
 from dspark.models.training.data import TokenDataset
 from dspark.models.training.feature_cache import OnlineFeatures
 from dspark.models.training.monitor import RunMonitor
+from dspark.models.training.sharding import full_state, load_full_state, shard_for_training
 from dspark.models.training.tasks import TargetOutputs, TrainTask
 
 TargetFeatureSource = Callable[[torch.Tensor, TokenDataset], TargetOutputs]  # (sample ids [bs], batch) -> outputs
@@ -166,17 +171,21 @@ class Trainer:
         progress: bool = True,
         features: TargetFeatureSource | None = None,  # default: run the target on each micro-batch
         monitor: RunMonitor | None = None,  # rank 0: TensorBoard and the periodic held-out check (monitor.py)
+        fsdp: bool = False,  # several ranks: shard the drafter with FSDP2 (sharding.py) instead of DDP
     ) -> None:
         self.drafter, self.target, self.dataset, self.task, self.cfg = drafter, target, dataset, task, cfg
         self.out_dir, self.dist, self.progress = Path(out_dir), dist, progress
         self.monitor = monitor if dist.is_main else None
         self.target.requires_grad_(False).eval()
         self.features = features or OnlineFeatures(target, task.target_layer_ids)
-        self.params = [p for p in drafter.parameters() if p.requires_grad]
         self.model = _ForwardTrain(drafter)
-        if dist.world_size > 1:
+        self.fsdp = fsdp and dist.world_size > 1
+        if self.fsdp:
+            self.model = shard_for_training(self.model)
+        elif dist.world_size > 1:
             ids = [dist.device.index] if dist.device.type == "cuda" else None
             self.model = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        self.params = [p for p in drafter.parameters() if p.requires_grad]  # FSDP2 replaces them: read after it
         self.optimizer = torch.optim.AdamW(
             self.params, lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=cfg.weight_decay
         )
@@ -192,7 +201,9 @@ class Trainer:
         batch = self.dataset.select(index)
         batch = TokenDataset(*(t.to(dist.device) for t in (batch.input_ids, batch.loss_mask, batch.attention_mask)))
         generator = torch.Generator().manual_seed((cfg.seed * 1_000_003 + micro_index) * dist.world_size + dist.rank)
-        no_sync = self.model.no_sync if (dist.world_size > 1 and not sync) else contextlib.nullcontext
+        no_sync = self.model.no_sync if (dist.world_size > 1 and not sync and not self.fsdp) else contextlib.nullcontext
+        if self.fsdp:
+            self.model.set_requires_gradient_sync(sync)
         with bf16_autocast(cfg.bf16, dist.device):
             with torch.no_grad():
                 target: TargetOutputs = self.features(index, batch)
@@ -268,8 +279,16 @@ class Trainer:
         if self.monitor:
             self.monitor.log(self.history[-1])
 
+    def full_drafter_state(self) -> dict:
+        """The drafter's state dict with full tensors (FSDP2: gathered onto rank 0, a collective every rank calls;
+        other ranks get {})."""
+        return full_state(self.model, self.optimizer)[0] if self.fsdp else self.drafter.state_dict()
+
     def save_checkpoint(self, wall_s: float) -> Path | None:
-        """Write the resumable state for the current step and point `latest` at it (rank 0 only)."""
+        """Write the resumable state for the current step and point `latest` at it (rank 0 writes; under FSDP2
+        every rank takes part in gathering it)."""
+        drafter_state, optimizer_state = (full_state(self.model, self.optimizer) if self.fsdp else
+                                          (self.drafter.state_dict(), self.optimizer.state_dict()))
         if not self.dist.is_main:
             return None
         directory = self.out_dir / "checkpoints" / f"step_{self.step:07d}"
@@ -277,8 +296,9 @@ class Trainer:
         state = {
             "step": self.step,
             "wall_s": wall_s,
-            "drafter": self.drafter.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "drafter": drafter_state,
+            "optimizer": optimizer_state,
+            "fsdp": self.fsdp,  # the optimizer state is keyed by parameter name under FSDP2, by index without
             "scheduler": self.scheduler.state_dict(),
             "history": self.history,
             "window": self.window,
@@ -317,8 +337,14 @@ class Trainer:
                 f"checkpoint {path.parent} was trained for steps={state['train_config']['steps']}, this run has "
                 f"steps={self.cfg.steps}: the LR schedule would differ; use the same --steps or a new --out"
             )
-        self.drafter.load_state_dict(state["drafter"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("fsdp", False) != self.fsdp:
+            raise CheckpointError(f"checkpoint {path.parent} was written {'with' if state.get('fsdp') else 'without'} "
+                                  "--fsdp: resume it the same way")
+        if self.fsdp:
+            load_full_state(self.model, self.optimizer, state["drafter"], state["optimizer"])
+        else:
+            self.drafter.load_state_dict(state["drafter"])
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.prior_wall_s, self.history = state["step"], state["wall_s"], state["history"]
         self.window = state.get("window", [])

@@ -132,6 +132,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--grad-accum", type=int, default=1)
     t.add_argument("--bf16", action="store_true",
                    help="bf16 autocast of the target (data generation, features) and drafter forwards")
+    t.add_argument("--fsdp", action="store_true",
+                   help="torchrun: shard the drafter's parameters, gradients and optimizer state over the ranks "
+                        "(FSDP2) instead of replicating them (DDP); not with --eval-every")
     t.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: only at the end)")
     t.add_argument("--log-every", type=int, default=10)
     t.add_argument("--seed", type=int, default=42)
@@ -218,7 +221,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
     return TrainJob(
         target_dir=args.target, out_dir=args.out, work_dir=args.work_dir or args.out / "work", spec=spec, data=data,
         train=train, stdlib_root=args.stdlib or default_stdlib_root(), held_out_percent=args.held_out_percent,
-        data_cache_dir=args.data_cache, eval_samples=args.eval_samples, eval_every=args.eval_every,
+        data_cache_dir=args.data_cache, eval_samples=args.eval_samples, eval_every=args.eval_every, fsdp=args.fsdp,
         save_dtype=args.save_dtype, slim=args.slim,
         resume=args.resume, mask_token_id=args.mask_token_id, data_file=args.data, prompts_file=args.prompts_file,
         builtin_prompts=args.builtin_prompts,

@@ -1,6 +1,7 @@
 """Two gloo processes under torchrun train the same drafter as one process on the same data: each rank writes its
-shard of the feature store, reads its half of every global batch from the memory-mapped store, and DDP's averaged
-gradients, scaled by the world size over globally summed loss normalisers, give one process's steps.
+shard of the feature store, reads its half of every global batch from the memory-mapped store, and the averaged
+gradients (DDP's all-reduce, or FSDP2's reduce-scatter with --fsdp), scaled by the world size over globally summed
+loss normalisers, give one process's steps.
 
 Tolerance: the two runs differ only in float32 summation order (the gradient all-reduce, the per-rank loss sums)
 and in the feature store's bf16 rounding of features computed in batches of other widths, so losses agree to 1e-4
@@ -14,7 +15,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 from safetensors.torch import load_file
 from test_train_data_command import regenerated_file
 
@@ -41,18 +41,29 @@ def run(command: list[str], cwd) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
 
 
-def test_two_gloo_ranks_train_as_one_process(tmp_path):
-    data = regenerated_file(tmp_path / "regen.jsonl", 24)
-    cli = [sys.executable, "-m", "dspark.ops.cli"]
-    run([*cli, *train_argv(tmp_path / "one", data, tmp_path / "store-one", 4)], REPO)
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """The data file and the run of one process with the global batch (4)."""
+    root = tmp_path_factory.mktemp("one-process")
+    data = regenerated_file(root / "regen.jsonl", 24)
+    run([sys.executable, "-m", "dspark.ops.cli", *train_argv(root / "one", data, root / "store-one", 4)], REPO)
+    return data, root / "one"
+
+
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_two_gloo_ranks_train_as_one_process(one_process, tmp_path, sharding):
+    data, one_out = one_process
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
                 "--master-port", str(free_port()), "-m", "dspark.ops.cli"]
-    run([*torchrun, *train_argv(tmp_path / "two", data, tmp_path / "store-two", 2)], REPO)
+    extra = ["--fsdp"] if sharding == "fsdp" else []
+    run([*torchrun, *train_argv(tmp_path / "two", data, tmp_path / "store-two", 2), *extra], REPO)
     assert len(list((tmp_path / "store-two").glob("*/shard-*.hidden.bf16"))) == 2, "one shard per rank"
-    logs = [json.loads((tmp_path / run / "train_log.json").read_text()) for run in ("one", "two")]
+    logs = [json.loads((out / "train_log.json").read_text()) for out in (one_out, tmp_path / "two")]
     assert logs[1]["job"]["world_size"] == 2 and logs[0]["job"]["samples"] == logs[1]["job"]["samples"]
+    assert logs[1]["job"]["fsdp"] == (sharding == "fsdp")
     losses = [[entry["loss"] for entry in log["history"]] for log in logs]
     assert len(losses[0]) == STEPS and losses[1] == pytest.approx(losses[0], rel=1e-4)
-    one, two = (load_file(tmp_path / run / "model.safetensors") for run in ("one", "two"))
+    one, two = (load_file(out / "model.safetensors") for out in (one_out, tmp_path / "two"))
+    assert one.keys() == two.keys()
     moved = max((one[name] - two[name]).abs().max().item() for name in one)
     assert moved <= 1e-4, f"weights differ by up to {moved}"
