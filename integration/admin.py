@@ -129,6 +129,7 @@ def _report(state: SchedulerState, result, controller, internal: dict) -> None:
                   "accepted_tokens": reporter.spec_total_num_accept_tokens + reporter.spec_num_accept_tokens,
                   "verify_forwards": reporter.spec_total_num_forward_ct + reporter.spec_num_forward_ct}
         internal[KEY] = {**state.store.report(), **state.trace.report(), "totals": totals,
+                         "sps_table_source": state.sps_source(state.store.planner.state.sps_table),
                          "step_overhead_s": state.clock.overhead(), "sps_fit": sps_fit(state),
                          "calibration": state.calibration.report(state.head_temperatures)}
 

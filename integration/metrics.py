@@ -16,7 +16,8 @@ batch's tensor-parallel group reports, so a TP=8 server does not count every rou
     dspark_state_version                            the live settings' version
     dspark_state_last_change_timestamp_seconds      when it last changed (unix time)
     dspark_state_updates_total{result}              dspark updates: applied, validated, refused, conflict
-    dspark_sps_table_info{source,path}              1 for the SPS table in use (source: profiled | refit | loaded)
+    dspark_sps_table_info{source,path}              1 for the SPS table in use (source: sglang-forward | cached |
+                                                    refit | given: SchedulerState.sps_source)
     dspark_sps_table_timestamp_seconds              when that table was written (its age: time() - this)
     dspark_sps_table_error_ratio                    median |table time + overhead - measured round time| /
                                                     measured, over the live round-cost window
@@ -139,9 +140,9 @@ def observe_round(verify_lens: torch.Tensor, accepted: torch.Tensor, probe: bool
         metrics["accepted"].labels(position=str(k)).inc(int((accepted >= k).sum()))
 
 
-def observe_state(version: int, changed_at: float, sps_table: Optional[str], sps_dir: Path,
-                  previous_table: Optional[str]) -> None:
-    """The live settings changed (or were installed at start)."""
+def observe_state(version: int, changed_at: float, sps_table: Optional[str], source: Optional[str],
+                  previous_table: Optional[str], previous_source: Optional[str]) -> None:
+    """The live settings changed (or were installed at start); each table with where it came from."""
     if not enabled():
         return
     metrics = registry()
@@ -149,20 +150,11 @@ def observe_state(version: int, changed_at: float, sps_table: Optional[str], sps
     metrics["version"].set(version)
     metrics["changed"].set(changed_at)
     if previous_table is not None and previous_table != sps_table:
-        metrics["sps_info"].labels(source=sps_source(previous_table, sps_dir), path=previous_table).set(0)
+        metrics["sps_info"].labels(source=previous_source, path=previous_table).set(0)
     if sps_table is not None:
-        metrics["sps_info"].labels(source=sps_source(sps_table, sps_dir), path=sps_table).set(1)
+        metrics["sps_info"].labels(source=source, path=sps_table).set(1)
         path = Path(sps_table)
         metrics["sps_time"].set(path.stat().st_mtime if path.is_file() else 0)
-
-
-def sps_source(path: str, sps_dir: Path) -> str:
-    """refit: fitted to live round costs (refit.py, under <sps_dir>/refit); profiled: measured by dspark (at engine
-    start or by ProfileSps, under sps_dir, where dspark writes tables: models/decoding/sps_paths.py); else loaded."""
-    where = Path(path).resolve()
-    if where.is_relative_to((sps_dir / "refit").resolve()):
-        return "refit"
-    return "profiled" if where.is_relative_to(sps_dir.resolve()) else "loaded"
 
 
 def observe_update(result: str) -> None:

@@ -50,7 +50,6 @@ import torch.distributed
 from dspark.integration import live_settings, metrics
 from dspark.integration.runtime_state import RuntimeStateStore
 from dspark.models.decoding.round_cost import RoundClock
-from dspark.models.decoding.sps_paths import sps_write_dir
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 
 if TYPE_CHECKING:
@@ -123,12 +122,16 @@ def plan_lengths(policy: VerifyLengthPolicy, confidence: torch.Tensor, lagged: O
     return lengths
 
 
+def new_store(gamma: int, sps_table: Optional[str]) -> RuntimeStateStore:
+    """The runtime state store of this scheduler: the initial state, with `sps_table` unless it names one."""
+    return RuntimeStateStore.from_environment(gamma, sps_table,
+                                              on_change=live_settings.write if metrics.reporting_rank() else None)
+
+
 def _init_store(state: SchedulerState, result, planner, *args, **kwargs) -> None:
     from sglang.srt.runtime_context import get_spec
+    from sglang.srt.speculative.ragged_verify import RaggedVerifyMode, read_ragged_verify_mode
 
-    state.store = RuntimeStateStore.from_environment(
-        planner.gamma, get_spec().speculative_dspark_sps_table_path,
-        on_change=live_settings.write if metrics.reporting_rank() else None)
     state.group = batch_group()
     planner._dspark_history = {}  # request-pool row -> (generation, confidence [gamma]) of its last round
     planner._dspark_version = -1
@@ -136,7 +139,43 @@ def _init_store(state: SchedulerState, result, planner, *args, **kwargs) -> None
     planner._dspark_verify_lens = None
     head = planner._confidence_head  # its temperatures as loaded (SGLang's --speculative-dspark-confidence-sts-path)
     planner._dspark_loaded_sts = head.sts_temperatures.clone() if head is not None else None
+    given = get_spec().speculative_dspark_sps_table_path
+    if (RuntimeStateStore.initial_settings(given).sps_table is None
+            and read_ragged_verify_mode() is not RaggedVerifyMode.STATIC):
+        state.awaiting_table = planner  # its store waits for the table SGLang's forward measures
+        return
+    state.store = new_store(planner.gamma, given)
     logger.info("dspark planner: %s", state.store.report())
+
+
+def _table_at_start(state: SchedulerState, result, scheduler, *args, **kwargs) -> None:
+    """AFTER the scheduler's set-up, before it serves: without a table, the one SGLang's own forward measures
+    (sps_forward.py), and the store on it."""
+    from sglang.srt.runtime_context import get_spec
+
+    from dspark.integration import sps_forward
+
+    state.scheduler = scheduler  # ProfileSps measures through it later, between rounds
+    planner, state.awaiting_table = state.awaiting_table, None
+    if planner is None:
+        return
+    path, source = sps_forward.table_at_start(state, scheduler, int(get_spec().speculative_num_draft_tokens))
+    if source == "sglang-forward":
+        state.measured_tables.add(str(path))
+    state.store = new_store(planner.gamma, str(path))
+    give_sglang_the_table(planner, path)
+    logger.info("dspark planner (SPS table %s: %s): %s", source, path, state.store.report())
+
+
+def give_sglang_the_table(planner, path) -> None:
+    """What SGLang's planner does at init with a table path given: plan on it (policy `sglang`), and lay rounds out
+    by the planned lengths instead of verifying every draft (`_is_verify_all`, which an uninitialized table sets
+    in compact mode, would ignore dspark's lengths too)."""
+    from sglang.srt.speculative.dspark_components.dspark_sps import load_sps_table_from_path
+
+    if planner._budget_planner is not None:
+        planner._budget_planner.sps_table = load_sps_table_from_path(str(path))
+        planner._is_verify_all = False
 
 
 def lagged_confidence(planner, req_pool_indices: torch.Tensor, confidence: torch.Tensor) -> torch.Tensor:
@@ -159,7 +198,8 @@ def _on_state_change(state: SchedulerState, planner) -> None:
         return
     planner._dspark_version = store.version
     table = store.planner.state.sps_table
-    metrics.observe_state(store.version, store.history[-1].time, table, sps_write_dir(), planner._dspark_sps_table)
+    metrics.observe_state(store.version, store.history[-1].time, table, state.sps_source(table),
+                          planner._dspark_sps_table, state.sps_source(planner._dspark_sps_table))
     planner._dspark_sps_table = table
     state.clock.reset()  # samples were taken against the previous table
     head, wanted = planner._confidence_head, store.planner.sts_temperatures
@@ -214,6 +254,7 @@ def _schedule_verify_lens(original, planner, **kwargs):
 
 
 PLANNER = "sglang.srt.speculative.dspark_components.dspark_planner.DSparkVerifyPlanner"
+SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 
 
 def install(state: SchedulerState) -> None:
@@ -222,3 +263,5 @@ def install(state: SchedulerState) -> None:
     HookRegistry.register(f"{PLANNER}.__init__", partial(_init_store, state), HookType.AFTER)
     HookRegistry.register(f"{PLANNER}.resolve_verify_token_budget", partial(_resolve_budget, state), HookType.AROUND)
     HookRegistry.register(f"{PLANNER}._schedule_verify_lens", _schedule_verify_lens, HookType.AROUND)
+    HookRegistry.register(f"{SCHEDULER}.maybe_init_dynamic_chunk_sizer", partial(_table_at_start, state),
+                          HookType.AFTER)

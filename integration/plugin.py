@@ -6,8 +6,9 @@ one `SchedulerState` (scheduler_state.py) and hands it to the hooks that keep st
 list without `dspark` to run SGLang without it.
 
     cpu         SGLang's DSPARK worker on CPU (each hook acts only on CPU devices/tensors)
-    startup     launcher: the drafter must fit the target; an SPS table is profiled when none is given
-    planner     dspark's allocator policies in place of SGLang's DSpark verify-budget planner
+    startup     launcher: the drafter must fit the target (the launcher never loads the target)
+    planner     dspark's allocator policies in place of SGLang's DSpark verify-budget planner; without a table,
+                the SPS table measured by SGLang's own forward in the schedulers before ready (sps_forward.py)
     admin       the live runtime state through /set_internal_state and /get_server_info
     rounds      each verified round's metrics (metrics.py: SGLang's /metrics) and span (tracing.py)
     flashinfer_verify  ragged target verify (eager and CUDA graphs) on the plain FlashInfer backend (GPU only)

@@ -9,6 +9,9 @@ undoable like any change:
     {"refit_sps": {"min_samples": N}, ...}   -> set sps_table to the measured table, written under
                                                 <SPS dir>/refit/ (models/decoding/sps_paths.py; default
                                                 $DSPARK_CACHE/sps/refit/), named by its content
+    {"profile_sps": {}, ...}                 -> set sps_table to a table SGLang's forward measures now, in every
+                                                scheduler between rounds (sps_forward.py), written under
+                                                <SPS dir>/sglang/, named by its content
 
 N is at least 1 and at most the window's size (MIN_SAMPLES_MAX: more could never be met).
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dspark.integration import calibration, metrics
@@ -42,7 +46,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-REFITS = ("refit_sts", "refit_sps")
+REFITS = ("refit_sts", "refit_sps", "profile_sps")
 AUTO_REFIT_CALLER = "auto-refit"
 AUTO_REFIT_MIN_LABELLED = 32
 MIN_SAMPLES_MAX = {"refit_sts": calibration.WINDOW, "refit_sps": RoundCosts.WINDOW}  # the windows' sizes
@@ -58,6 +62,10 @@ def with_refit(state: SchedulerState, value: Any) -> Any:
         raise ConfigError(f"a dspark update takes one of {list(REFITS)}, set or rollback_to, got "
                           f"{shown(sorted(value))}")
     options = value[kinds[0]]
+    if kinds[0] == "profile_sps":
+        if options != {}:
+            raise ConfigError(f"profile_sps takes {{}}, got {shown(options)}")
+        return {**{k: v for k, v in value.items() if k != kinds[0]}, "set": {"sps_table": profiled_table(state)}}
     if not isinstance(options, dict) or set(options) - {"min_samples"}:
         raise ConfigError(f"{kinds[0]} takes {{\"min_samples\": N}}, got {shown(options)}")
     minimum, most = options.get("min_samples", 1), MIN_SAMPLES_MAX[kinds[0]]
@@ -78,11 +86,30 @@ def measured_table(state: SchedulerState, min_samples: int) -> str:
     fitted = state.clock.costs.fit(table, min_samples)
     fitted = SpsTable(fitted.sample_batch_tokens, tuple(agreed(list(fitted.sample_steps_per_sec), state.group)),
                       fitted.max_batch_tokens)
-    text = json.dumps(fitted.to_json(), indent=1) + "\n"
-    path = sps_write_dir() / "refit" / f"sps-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    return str(written(fitted, sps_write_dir() / "refit"))
+
+
+def profiled_table(state: SchedulerState) -> str:
+    """A table SGLang's forward measures now (every rank; rank 0's), written as JSON; its path."""
+    from sglang.srt.runtime_context import get_spec
+
+    from dspark.integration import sps_forward
+
+    if state.scheduler is None or state.store is None:
+        raise ConfigError("there is no scheduler to profile the SPS table in")
+    table = sps_forward.measure(state.scheduler, int(get_spec().speculative_num_draft_tokens), state.group)
+    path = written(table, sps_write_dir() / "sglang")
+    state.measured_tables.add(str(path))
+    return str(path)
+
+
+def written(table: SpsTable, folder) -> Path:
+    """`table` as JSON in `folder`, named by its content; the path."""
+    text = json.dumps(table.to_json(), indent=1) + "\n"
+    path = folder / f"sps-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    return str(path)
+    return path
 
 
 def maybe_auto_refit(state: SchedulerState, report: dict, settings: VerifySettings) -> bool:

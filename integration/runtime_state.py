@@ -145,10 +145,13 @@ class RuntimeStateStore:
     @classmethod
     def from_environment(cls, gamma: int, sps_table: Optional[str],
                          on_change: Optional[Callable[[VerifySettings], None]] = None) -> "RuntimeStateStore":
+        return cls(cls.initial_settings(sps_table), gamma, on_change=on_change)
+
+    @staticmethod
+    def initial_settings(sps_table: Optional[str]) -> VerifySettings:
+        """The state `dspark serve` handed over (ENV_VAR), with `sps_table` when it names none (not compiled)."""
         state = VerifySettings.from_dict(json.loads(os.environ.get(ENV_VAR) or "{}"))
-        if state.sps_table is None and sps_table:
-            state = replace(state, sps_table=sps_table)
-        return cls(state, gamma, on_change=on_change)
+        return replace(state, sps_table=sps_table) if state.sps_table is None and sps_table else state
 
     def check(self, value: Any) -> tuple[Planner, Update]:
         """The planner `value` would give and the parsed update, or a ConfigError (remembered as last_rejection)."""

@@ -12,7 +12,8 @@ plan alike because they hold the same store, count the same rounds and agree on 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from pathlib import Path
+from typing import Any, Optional
 
 import torch
 import torch.distributed
@@ -26,6 +27,7 @@ from dspark.integration.round_sampler import RoundSampler
 from dspark.integration.runtime_state import RuntimeStateStore
 from dspark.kernels.sps import SpsTable
 from dspark.models.decoding.round_cost import RoundClock
+from dspark.models.decoding.sps_paths import sps_write_dir
 
 
 @dataclass
@@ -55,11 +57,27 @@ class SchedulerState:
     faults: FaultInjector = field(default_factory=FaultInjector.from_environment)
     update: UpdateInFlight = field(default_factory=UpdateInFlight)
     heartbeat: Heartbeat = field(default_factory=Heartbeat.from_environment)  # what GET /liveness reads
+    scheduler: Any = None  # SGLang's Scheduler of this process, once set up (the SPS table is measured through it)
+    awaiting_table: Any = None  # SGLang's DSpark planner while its store waits for the measured SPS table
+    measured_tables: set = field(default_factory=set)  # paths of the SPS tables SGLang's forward measured here
 
     def sps_table(self) -> Optional[SpsTable]:
         """The SPS table the planner plans on now (None: no store, or a policy without a table)."""
         policy = self.store.planner.policy if self.store is not None else None
         return policy.sps if policy is not None else None
+
+    def sps_source(self, path: Optional[str]) -> Optional[str]:
+        """Where the table at `path` came from: sglang-forward (measured by SGLang's forward in this process, at
+        start or by ProfileSps), cached (measured so on an earlier start: sps_forward.py), refit (fitted to live
+        round costs: refit.py), or given (named by the operator)."""
+        if path is None:
+            return None
+        if path in self.measured_tables:
+            return "sglang-forward"
+        where, home = Path(path).resolve(), sps_write_dir().resolve()
+        if where.is_relative_to(home / "sglang"):
+            return "cached"
+        return "refit" if where.is_relative_to(home / "refit") else "given"
 
     def dspark_planned(self) -> bool:
         """Whether dspark's policies (not SGLang's own planner) plan the rounds."""

@@ -27,7 +27,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from tqdm import tqdm
@@ -93,21 +93,34 @@ def profile_sps(model: torch.nn.Module, batch_tokens: Sequence[int] = DEFAULT_BA
                 tokens_per_request: int = 7, context_len: int = 128, warmup: int = 2, repeats: int = 5,
                 seed: int = 0, progress: bool = True) -> tuple[SpsTable, list[dict]]:
     """(the SPS table, one record per probe: batch_tokens, requests, median/min/max seconds)."""
+    if context_len < 1:
+        raise ConfigError(f"need context_len >= 1, got {context_len}")
+    generator = torch.Generator().manual_seed(seed)
+    return measure_table(lambda counts: Probe(model, counts, context_len, generator).seconds, batch_tokens,
+                         tokens_per_request=tokens_per_request, warmup=warmup, repeats=repeats, progress=progress)
+
+
+def measure_table(probe: Callable[[torch.Tensor], Callable[[], float]], batch_tokens: Sequence[int], *,
+                  tokens_per_request: int, warmup: int, repeats: int,
+                  progress: bool = True) -> tuple[SpsTable, list[dict]]:
+    """The SPS table from timed verify-shaped forwards, whatever runs them (the engine's TargetRunner here,
+    SGLang's model runner in the server: integration/sps_forward.py). `probe(counts)` sets up one forward of
+    `counts` [R] new tokens per request and returns what times it once (seconds); every probe is set up first,
+    then the passes run interleaved (module docstring)."""
     if not batch_tokens or min(batch_tokens) < 1 or len(set(batch_tokens)) != len(batch_tokens):
         raise ConfigError(f"--batch-tokens must be distinct positive sizes, got {list(batch_tokens)}")
-    if tokens_per_request < 1 or context_len < 1 or warmup < 0 or repeats < 1:
-        raise ConfigError(f"need tokens_per_request >= 1, context_len >= 1, warmup >= 0, repeats >= 1; got "
-                          f"{tokens_per_request}, {context_len}, {warmup}, {repeats}")
-    generator = torch.Generator().manual_seed(seed)
+    if tokens_per_request < 1 or warmup < 0 or repeats < 1:
+        raise ConfigError(f"need tokens_per_request >= 1, warmup >= 0, repeats >= 1; got {tokens_per_request}, "
+                          f"{warmup}, {repeats}")
     sizes = sorted(batch_tokens)
     counts = [probe_shape(b, tokens_per_request) for b in sizes]
-    probes = [Probe(model, c, context_len, generator) for c in counts]
+    probes = [probe(c) for c in counts]
     timings = [[] for _ in sizes]
     for repeat in tqdm(range(warmup + repeats), desc="profiling SPS", unit="pass", disable=not progress):
-        for probe, seen in zip(probes, timings):
-            seconds = probe.seconds()
+        for seconds, seen in zip(probes, timings):
+            elapsed = seconds()
             if repeat >= warmup:
-                seen.append(seconds)
+                seen.append(elapsed)
     records = [{"batch_tokens": b, "requests": len(c), "median_s": statistics.median(t), "min_s": min(t),
                 "max_s": max(t)} for b, c, t in zip(sizes, counts, timings)]
     fastest = [r["min_s"] for r in records]

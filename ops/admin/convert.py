@@ -58,7 +58,8 @@ def reject_unknown_fields(message) -> None:
 def state_message(report: dict) -> pb.State:
     """A replica's dspark report (/server_info) as a State."""
     return pb.State(settings=settings_to_message(report), version=report["version"], gamma=report["gamma"],
-                    last_rejection=report.get("last_rejection") or "")
+                    last_rejection=report.get("last_rejection") or "",
+                    sps_table_source=report.get("sps_table_source") or "")
 
 
 def update_mask(*paths: str) -> field_mask_pb2.FieldMask:

@@ -15,7 +15,7 @@ versioning and history happen in the schedulers, atomically. Status codes:
     PERMISSION_DENIED   a reader called a change
     RESOURCE_EXHAUSTED  over the caller's update rate; a WatchState beyond the streams' bounds (streams.py)
     UNAVAILABLE         the SGLang server did not answer
-    FAILED_PRECONDITION Restart (ProfileSps) on an admin server that has no supervisor (profiler)
+    FAILED_PRECONDITION Restart on an admin server that has no supervisor
     DEADLINE_EXCEEDED   Restart: the replica did not serve again within the request's timeout
 
 A WatchState stream sleeps on an Event that the client's cancel and the server's stop (`stop`) set, as does
@@ -28,13 +28,11 @@ import inspect
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
 import grpc
 
 from dspark.integration.runtime_state import PREVIOUS, VersionConflict
-from dspark.kernels.sps import SpsTable
 from dspark.models.decoding.sps_profile import load_sps
 from dspark.models.errors import SHOWN_CHARS, ConfigError, clipped
 from dspark.ops.admin.backend import ReplicaUnavailable, SGLangBackend
@@ -83,7 +81,6 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     tokens: TokenBook
     limiter: RateLimiter
     audit: AuditLog
-    profile: Optional[Callable[[], tuple[SpsTable, Path]]] = None  # measure and save a new SPS table
     restarts: Optional[RestartChannel] = None  # to the `dspark serve` that supervises SGLang (restart.py)
     streams: Streams = field(default_factory=Streams)
     stopping: threading.Event = field(default_factory=threading.Event)
@@ -153,15 +150,13 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     @traced
     def ProfileSps(self, request, context):
-        if not request.from_traffic and self.profile is None:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this admin server has no SPS profiler")
-
         def envelope(caller: Caller) -> dict:
-            if request.from_traffic:  # the schedulers fit and write the table (integration/refit.py)
+            # The schedulers fit the table to traffic, or measure it with SGLang's own forward between rounds, and
+            # write it (integration/refit.py, integration/sps_forward.py): no second copy of the target anywhere
+            if request.from_traffic:
                 return {"refit_sps": {"min_samples": request.min_samples or DEFAULT_SPS_SAMPLES},
                         "caller": caller.name}
-            _, path = self.profile()
-            return {"set": {"sps_table": str(path)}, "caller": caller.name}
+            return {"profile_sps": {}, "caller": caller.name}
         response = self.change(context, "ProfileSps", envelope)
         path = response.state.settings.sps_table
         table = load_sps(path)

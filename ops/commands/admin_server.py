@@ -15,12 +15,10 @@ import argparse
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 from dspark.integration.addresses import join_host_port
 from dspark.models.cache import cache_root
-from dspark.models.decoding.sps_paths import sps_write_dir
 from dspark.models.errors import ConfigError
 from dspark.ops.admin import server, tracing
 from dspark.ops.admin.backend import SGLangBackend
@@ -47,25 +45,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def sps_profiler(backend: SGLangBackend):
-    """ProfileSps: time the replica's target on its device now and save the table in the SPS directory
-    (models/decoding/sps_paths.py; default $DSPARK_CACHE/sps/), where the schedulers accept it."""
-    def profile():
-        # imported here: the profiler loads transformers, which the sidecar needs only when ProfileSps runs
-        from dspark.integration.startup import DTYPES, profile_table
-
-        info = backend.server_info()
-        device = "cuda" if str(info.get("device", "cpu")).startswith("cuda") else "cpu"
-        dtype = DTYPES.get(str(info.get("dtype")), DTYPES["float32"] if device == "cpu" else DTYPES["bfloat16"])
-        target = Path(info["model_path"])
-        table = profile_table(target, device, dtype, info["dspark"]["gamma"] + 1, int(info["max_running_requests"]))
-        path = sps_write_dir() / f"{target.name}-profiled-{time.strftime('%Y%m%d-%H%M%S')}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        table.save(path)
-        return table, path
-    return profile
-
-
 def run(args: argparse.Namespace) -> int:
     book = check_admin_args(args)
     if args.otlp_endpoint:
@@ -78,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--supervisor-pid and --supervisor-folder go together")
     restarts = RestartChannel(args.supervisor_folder, args.supervisor_pid) if args.supervisor_pid else None
     service = AdminService(backend, book, RateLimiter(args.admin_update_rate, args.admin_update_burst), audit,
-                           sps_profiler(backend), restarts)
+                           restarts=restarts)
     tls = TlsFiles(args.admin_tls_cert, args.admin_tls_key, args.admin_tls_client_ca)
     running = server.start(service, args.admin_host, args.admin_port, tls, args.admin_insecure)
     if args.admin_metrics_port is not None:

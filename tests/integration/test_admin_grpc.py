@@ -354,13 +354,15 @@ def test_grpcurl_lists_services_and_calls_get_and_update(replica, tokens, admin)
     assert admin.get().settings.max_verify_length == 3
 
 
-def test_profile_sps_installs_a_freshly_measured_table_as_a_new_version(replica, tokens, admin):
+def test_profile_sps_installs_a_table_measured_by_the_schedulers_as_a_new_version(replica, tokens, admin):
     before = admin.get()
+    assert before.sps_table_source == "sglang-forward"  # no table given: measured by SGLang's forward at start
     reply = admin.profile_sps()
     table = json.loads(Path(reply.sps_table).read_text())
     assert reply.state.version == before.version + 1 and reply.state.settings.sps_table == reply.sps_table
     assert list(reply.sample_batch_tokens) == table["sample_batch_tokens"] and len(table["sample_batch_tokens"]) > 3
-    assert dspark_info(replica)["sps_table"] == reply.sps_table
+    assert dspark_info(replica)["sps_table"] == reply.sps_table and Path(reply.sps_table).parent.name == "sglang"
+    assert admin.get().sps_table_source == "sglang-forward"  # again, by the live schedulers between rounds
     assert admin.history().entries[-1].caller == "ops-admin"
 
 
@@ -374,6 +376,7 @@ def test_profile_sps_from_traffic_fits_the_table_to_measured_round_times(replica
     reply = admin.profile_sps(from_traffic=True, min_samples=16)
     assert reply.state.version == before.version + 1 and reply.state.settings.sps_table == reply.sps_table
     assert Path(reply.sps_table).parent.name == "refit" and list(reply.sample_batch_tokens) == old["sample_batch_tokens"]
+    assert admin.get().sps_table_source == "refit"
     # measured whole rounds (tests/integration/test_round_cost.py checks the fit itself), not the profile again
     assert list(reply.sample_steps_per_sec) != old["sample_steps_per_sec"] and min(reply.sample_steps_per_sec) > 0
     assert admin.history().entries[-1].caller == "ops-admin"

@@ -82,7 +82,7 @@ def test_metrics_pass_promtool_and_agree_with_sglangs_own_counts(server):
     assert value(exposition, "dspark_accepted_length_sum") + totals["verify_forwards"] == totals["accepted_tokens"]
     assert value(exposition, "dspark_state_version") == info["version"] == 3
     assert value(exposition, 'dspark_state_updates_total{result="applied"}') == 3
-    assert value(exposition, f'dspark_sps_table_info{{path="{info["sps_table"]}",source="profiled"}}') == 1
+    assert value(exposition, f'dspark_sps_table_info{{path="{info["sps_table"]}",source="sglang-forward"}}') == 1
     assert value(exposition, "dspark_sps_table_timestamp_seconds") > 1.7e9
 
 

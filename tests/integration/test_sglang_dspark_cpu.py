@@ -95,12 +95,13 @@ def metric(server, name: str) -> float:
     return float(values[-1])
 
 
-def test_engine_start_profiled_an_sps_table_for_the_planner(server, sps_cache):
-    tables = list((sps_cache / "sps").glob("target-*.json"))
-    assert len(tables) == 1
+def test_without_a_table_the_schedulers_measure_one_with_sglangs_forward_for_the_planner(server, sps_cache):
+    tables = list((sps_cache / "sps" / "sglang").glob("target-*.json"))  # keyed by model, device, dtype, TP, backend
+    assert len(tables) == 1 and not list((sps_cache / "sps").glob("*.json"))  # nothing profiled in the launcher
     info = dspark_info(server)
     assert info["sps_table"] == str(tables[0]) and info["gamma"] == GAMMA
-    assert server.get("/get_server_info")["speculative_dspark_sps_table_path"] == str(tables[0])
+    assert info["sps_table_source"] == "sglang-forward"
+    assert json.loads(tables[0].read_text())["sample_batch_tokens"][0] == 1  # a lone anchor upward
 
 
 def test_generate_batch_equals_target_greedy(server, reference):

@@ -45,16 +45,18 @@ class Settings(_message.Message):
     def __init__(self, policy: _Optional[str] = ..., threshold: _Optional[float] = ..., threshold_on: _Optional[str] = ..., min_verify_length: _Optional[int] = ..., max_verify_length: _Optional[int] = ..., budget_fraction: _Optional[float] = ..., max_batch_tokens: _Optional[int] = ..., sps_table: _Optional[str] = ..., sts_temperatures: _Optional[_Iterable[float]] = ..., trace_round_ratio: _Optional[float] = ..., probe_round_ratio: _Optional[float] = ..., auto_refit_ece: _Optional[float] = ..., auto_refit_min_samples: _Optional[int] = ..., drafting: _Optional[str] = ...) -> None: ...
 
 class State(_message.Message):
-    __slots__ = ("settings", "version", "gamma", "last_rejection")
+    __slots__ = ("settings", "version", "gamma", "last_rejection", "sps_table_source")
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     GAMMA_FIELD_NUMBER: _ClassVar[int]
     LAST_REJECTION_FIELD_NUMBER: _ClassVar[int]
+    SPS_TABLE_SOURCE_FIELD_NUMBER: _ClassVar[int]
     settings: Settings
     version: int
     gamma: int
     last_rejection: str
-    def __init__(self, settings: _Optional[_Union[Settings, _Mapping]] = ..., version: _Optional[int] = ..., gamma: _Optional[int] = ..., last_rejection: _Optional[str] = ...) -> None: ...
+    sps_table_source: str
+    def __init__(self, settings: _Optional[_Union[Settings, _Mapping]] = ..., version: _Optional[int] = ..., gamma: _Optional[int] = ..., last_rejection: _Optional[str] = ..., sps_table_source: _Optional[str] = ...) -> None: ...
 
 class GetStateRequest(_message.Message):
     __slots__ = ()
