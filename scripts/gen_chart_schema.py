@@ -1,7 +1,8 @@
-"""Derive the Helm chart's `settings` and `requestLimits` values from their one definitions.
+"""Derive the Helm chart's `settings`, `requestLimits` and `liveness` values from their one definitions.
 
 `settings` are the verify-plan settings (models/decoding/settings.py), `requestLimits` the request gate's bounds
-(integration/request_limits.py); both are dataclasses of `setting` fields. For each, this writes two generated
+(integration/request_limits.py), `liveness` the liveness window (integration/liveness.py); all are dataclasses of
+`setting` fields. For each, this writes two generated
 parts of helm/dspark: `properties.<key>` in values.schema.json (a closed object: each field's JSON type, null
 when nullable, choices, numeric bounds, per-position lists) and the documented `<key>:` block of values.yaml
 between its BEGIN/END markers (each field's default and help). Bounds that
@@ -17,13 +18,15 @@ import re
 from dataclasses import fields
 from pathlib import Path
 
+from dspark.integration.liveness import Liveness
 from dspark.integration.request_limits import RequestLimits
 from dspark.models.decoding.settings import GAMMA, VerifySettings
 
 CHART = Path(__file__).resolve().parents[1] / "helm" / "dspark"
 JSON_TYPES = {str: "string", int: "integer", float: "number"}
 GENERATED = {"settings": (VerifySettings, "initial runtime state: the settings of models/decoding/settings.py"),
-             "requestLimits": (RequestLimits, "the request gate's bounds: integration/request_limits.py")}
+             "requestLimits": (RequestLimits, "the request gate's bounds: integration/request_limits.py"),
+             "liveness": (Liveness, "when GET /liveness fails: integration/liveness.py")}
 
 
 def block(key: str) -> re.Pattern:

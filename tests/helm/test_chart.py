@@ -107,17 +107,20 @@ def test_dev_shm_is_always_a_sized_memory_volume(render, flags, size):
     assert {"name": "shm", "mountPath": "/dev/shm"} in serving_container(docs)["volumeMounts"]
 
 
-def test_probes_give_loading_a_long_budget_readiness_generates_and_liveness_is_cheap(render):
+def test_probes_give_loading_a_long_budget_readiness_generates_and_liveness_sees_a_hung_engine(render):
     container = serving_container(render("--set", "probes.healthCheckTimeoutSeconds=40",
-                                         "--set", "probes.readiness.timeoutSeconds=45"))
+                                         "--set", "probes.readiness.timeoutSeconds=45",
+                                         "--set", "liveness.liveness_window=600"))
     env = {e["name"]: e.get("value") for e in container["env"]}
     startup, readiness, liveness = (container[p] for p in ("startupProbe", "readinessProbe", "livenessProbe"))
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800
     assert readiness["httpGet"]["path"] == "/health_generate"
     assert readiness["timeoutSeconds"] > int(env["SGLANG_HEALTH_CHECK_TIMEOUT"]) == 40
-    # SGLang answers /health without a generation when this is false: a busy server still passes liveness
-    assert liveness["httpGet"]["path"] == startup["httpGet"]["path"] == "/health"
-    assert env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "false"
+    # SGLang answers /health without a generation when this is false: a busy server still starts
+    assert startup["httpGet"]["path"] == "/health" and env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "false"
+    # /health keeps answering 200 for a hung scheduler; /liveness fails after the window the chart passes to serve
+    assert liveness["httpGet"]["path"] == "/liveness"
+    assert container["args"][container["args"].index("--liveness-window") + 1] == "600"
 
 
 @pytest.mark.parametrize("grace, sleep, drain", [(120, 5, "105"), (300, 0, "290"), (10, 5, "1")])

@@ -110,7 +110,7 @@ rollingUpdate.maxSurge={{ $v.rollingUpdate.maxSurge }} (a surge pod beside the o
 {{- end -}}
 {{- end -}}
 
-{{/* A generated values block (settings, requestLimits) as `dspark serve` flags, --name-with-dashes value (null:
+{{/* A generated values block (settings, requestLimits, liveness) as `dspark serve` flags, --name-with-dashes value (null:
 the flag's own default, which is the schema's). */}}
 {{- define "dspark.settingsArgs" -}}
 {{- range $name, $value := . }}
@@ -184,6 +184,7 @@ the flag's own default, which is the schema's). */}}
 - --drain-timeout
 - {{ max 1 (sub (sub (int (include "dspark.gracePeriod" $root)) (int $v.scheduling.preStopSleepSeconds)) 10) | quote }}
 {{- include "dspark.settingsArgs" $v.requestLimits }}
+{{- include "dspark.settingsArgs" $v.liveness }}
 {{- include "dspark.settingsArgs" $v.settings }}
 {{- if and $v.admin.enabled (not .worker) }}
 {{ include "dspark.adminArgs" $root }}
@@ -241,7 +242,7 @@ labels:
   {{- toYaml . | nindent 2 }}
   {{- end }}
 annotations:
-  dspark.dev/settings-checksum: {{ dict "settings" $v.settings "requestLimits" $v.requestLimits | toJson | sha256sum }}
+  dspark.dev/settings-checksum: {{ dict "settings" $v.settings "requestLimits" $v.requestLimits "liveness" $v.liveness | toJson | sha256sum }}
   {{- with $v.podAnnotations }}
   {{- toYaml . | nindent 2 }}
   {{- end }}

@@ -70,7 +70,7 @@ containers:
       timeoutSeconds: {{ $v.probes.readiness.timeoutSeconds }}
       failureThreshold: {{ $v.probes.readiness.failureThreshold }}
     livenessProbe:
-      httpGet: {path: /health, port: http}
+      httpGet: {path: /liveness, port: http}
       periodSeconds: {{ $v.probes.liveness.periodSeconds }}
       timeoutSeconds: {{ $v.probes.liveness.timeoutSeconds }}
       failureThreshold: {{ $v.probes.liveness.failureThreshold }}
