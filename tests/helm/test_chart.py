@@ -304,3 +304,12 @@ def test_the_keda_query_counts_only_this_releases_pods(render, helm, monitor, se
     assert trigger["query"] == f"sum(sglang:num_queue_reqs{{{selector}}})"
     unscoped = helm("template", "dspark", str(CHART), "--set", "autoscaling.kind=keda", *GOLDEN_FLAGS, check=False)
     assert unscoped.returncode != 0 and "autoscaling.kind=keda needs monitoring.kind" in unscoped.stderr
+
+
+def test_metrics_are_on_unless_turned_off_and_never_off_under_a_monitor_or_autoscaler(render, helm):
+    assert "--no-metrics" not in serving_container(render())["args"]  # `dspark serve` turns them on
+    assert "--no-metrics" in serving_container(render("--set", "monitoring.metrics=false"))["args"]
+    for reader in ("monitoring.kind=ServiceMonitor", "autoscaling.kind=hpa"):
+        refused = helm("template", "dspark", str(CHART), "--set", "monitoring.metrics=false", "--set", reader,
+                       check=False)
+        assert refused.returncode != 0 and "monitoring.metrics is false" in refused.stderr, reader

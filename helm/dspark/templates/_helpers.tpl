@@ -186,6 +186,12 @@ the flag's own default, which is the schema's). */}}
 {{- include "dspark.settingsArgs" $v.requestLimits }}
 {{- include "dspark.settingsArgs" $v.liveness }}
 {{- include "dspark.settingsArgs" $v.settings }}
+{{- if not $v.monitoring.metrics }}
+{{- if or (ne $v.monitoring.kind "none") (ne $v.autoscaling.kind "none") }}
+{{- fail (printf "monitoring.metrics is false, but monitoring.kind (%s) or autoscaling.kind (%s) reads the metrics: turn them back on or set both to none" $v.monitoring.kind $v.autoscaling.kind) }}
+{{- end }}
+- --no-metrics
+{{- end }}
 {{- if and $v.admin.enabled (not .worker) }}
 {{ include "dspark.adminArgs" $root }}
 {{- end }}
