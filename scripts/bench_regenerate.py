@@ -22,6 +22,7 @@ import torch
 from transformers import AutoTokenizer
 
 from dspark.integration.reply_backends import OfflineEngine
+from dspark.models.portable_paths import portable
 from dspark.models.target_io import load_frozen_target
 from dspark.models.training.data import DataConfig, build_dataset
 from dspark.models.training.regenerate import ReplySampling, regenerate
@@ -77,11 +78,11 @@ def main() -> int:
     texts, sampling = prompts(args.prompts), ReplySampling(max_new_tokens=args.max_new_tokens)
     loop = transformers_loop(args.target, texts, sampling, args.threads)
     sglang = engine(args.target, texts, sampling, args.concurrency, args.out.with_suffix(".replies.jsonl"))
-    result = {"target": str(args.target), "prompts": args.prompts, "sampling": asdict(sampling),
+    result = {"target": portable(args.target), "prompts": args.prompts, "sampling": asdict(sampling),
               "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
               "transformers_loop": loop, "sglang_engine": sglang,
               "engine_over_transformers": round(sglang["tokens_per_s"] / loop["tokens_per_s"], 2),
-              "command": " ".join(["python", *sys.argv])}
+              "command": " ".join(["python", *(portable(a) if Path(a).exists() else a for a in sys.argv)])}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     args.out.with_suffix(".replies.jsonl").unlink(missing_ok=True)
