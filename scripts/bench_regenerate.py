@@ -54,13 +54,20 @@ def transformers_loop(target_dir: Path, texts: list[str], sampling: ReplySamplin
 
 
 def engine(target_dir: Path, texts: list[str], sampling: ReplySampling, concurrency: int, out: Path) -> dict:
-    start = time.monotonic()
-    backend = OfflineEngine(target_dir, cpu=True)
-    started = time.monotonic() - start
+    """As `dspark regenerate` runs it: the Engine started inside the event loop that then drives its requests."""
     conversations = [[{"role": "user", "content": t}] for t in texts]
     out.unlink(missing_ok=True)
-    summary = asyncio.run(regenerate(conversations, backend, out, sampling, concurrency, progress=False))
-    asyncio.run(backend.close())
+
+    async def run():
+        start = time.monotonic()
+        backend = OfflineEngine(target_dir, cpu=True)
+        started = time.monotonic() - start
+        try:
+            return started, await regenerate(conversations, backend, out, sampling, concurrency, progress=False)
+        finally:
+            await backend.close()
+
+    started, summary = asyncio.run(run())
     return {"reply_tokens": summary.reply_tokens, "wall_s": round(summary.wall_s, 2),
             "tokens_per_s": round(summary.tokens_per_s, 1), "engine_start_s": round(started, 1),
             "concurrency": concurrency, "dtype": "float32"}
