@@ -27,7 +27,7 @@ before=$(wc -l < "$work/out.jsonl")
 start=$(date +%s)
 "${run[@]}" > "$work/second.log" 2>&1
 after=$(wc -l < "$work/out.jsonl")
-"$cache/venv/bin/python" - "$work/out.jsonl" "$before" "$after" "$(( $(date +%s) - start ))" "$(grep "^wrote" "$work/second.log" | tail -1)" \
+"$cache/venv/bin/python" - "$work/out.jsonl" "$before" "$after" "$(( $(date +%s) - start ))" "$(grep "^wrote" "$work/second.log" | tail -1 | sed "s#$work/##")" \
     "$repo/bench/results/regenerate/kill-resume-200.json" <<'PY'
 import json, sys
 out, before, after, seconds, summary, result = sys.argv[1:]
