@@ -82,8 +82,10 @@ async def run(args: argparse.Namespace, sampling: ReplySampling, conversations) 
 def handle(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
-    if args.api_key_file is not None and args.endpoint is None:
-        raise ConfigError("--api-key-file is read with --endpoint only")
+    if (args.api_key_file is not None or args.model is not None) and args.endpoint is None:
+        raise ConfigError("--api-key-file and --model are read with --endpoint only")
+    if args.device is not None and args.target is None:
+        raise ConfigError("--device is where --target's Engine runs; an --endpoint runs where it is served")
     sampling = ReplySampling(**{f.name: getattr(args, f.name) for f in fields(ReplySampling)})
     conversations = read_conversations(args.input)[: args.limit]
     asyncio.run(run(args, sampling, conversations))

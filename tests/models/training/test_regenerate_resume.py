@@ -6,6 +6,7 @@ import pytest
 
 from dspark.models.errors import ConfigError
 from dspark.models.training.regenerate import ReplySampling, done_indices, read_regenerated
+from dspark.ops.cli import main
 
 SAMPLING = asdict(ReplySampling())
 
@@ -43,3 +44,15 @@ def test_a_file_that_is_not_this_run_s_is_refused(tmp_path, lines, message):
 def test_sampling_bounds_name_the_flag(field, value):
     with pytest.raises(ConfigError, match=f"--{field.replace('_', '-')} must be in"):
         ReplySampling(**{field: value})
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--endpoint", "http://127.0.0.1:1", "--device", "cpu"], "--device is where --target's Engine runs"),
+    (["--target", "embedded/target", "--model", "m"], "--api-key-file and --model are read with --endpoint only"),
+    (["--endpoint", "http://127.0.0.1:1", "--concurrency", "0"], "--concurrency must be in [1, 4096], got 0"),
+])
+def test_the_command_refuses_flags_that_do_not_fit(tmp_path, capsys, flags, message):
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"prompt": "def f("}\n')
+    assert main(["regenerate", "--input", str(source), "--out", str(tmp_path / "out.jsonl"), *flags]) == 2
+    assert message in capsys.readouterr().err
