@@ -80,7 +80,9 @@ class OfflineEngine:
         from sglang.srt.server_args import prepare_server_args
         from transformers import AutoTokenizer
 
-        flags = ["--model-path", str(Path(target_dir).resolve()), *(cpu_server_args() if cpu else []), *extra_args]
+        # Its per-batch log lines would bury the progress bar; `-- --log-level info` brings them back.
+        flags = ["--model-path", str(Path(target_dir).resolve()), "--log-level", "warning",
+                 *(cpu_server_args() if cpu else []), *extra_args]
         self.engine = sglang.Engine(server_args=prepare_server_args(flags))
         self.tokenizer = AutoTokenizer.from_pretrained(target_dir)
 
