@@ -9,7 +9,7 @@ from test_train_command import _args, tiny_setup  # noqa: F401  (the module fixt
 
 from transformers import AutoConfig
 
-from dspark.models.checkpoint import load_drafter
+from dspark.models.checkpoint import is_compact, load_drafter
 from dspark.models.drafters.draft_vocab import load_draft_vocab
 from dspark.ops.cli import main
 from dspark.ops.commands import train as train_command
@@ -72,7 +72,8 @@ def test_init_from_drafter_fine_tunes_a_trained_drafter_and_refuses_another(tiny
 
 def test_loss_over_draft_vocab_trains_only_that_vocabulary(tiny_setup, tmp_path):  # noqa: F811
     """The Markov W2 rows of tokens outside draft_vocab.json never get a gradient (no weight decay: they stay
-    exactly as they started) while those inside are trained; the card says how the loss ran."""
+    exactly as they started in the training state) while those inside are trained; the export keeps only the
+    trained rows (a compact checkpoint: zeros outside once loaded); the card says how the loss ran."""
     root, target_dir, lib = tiny_setup
     trained, tuned = tmp_path / "trained", tmp_path / "tuned"
     assert main(_args(root, target_dir, lib, "dspark", trained, "--eval-samples", "0", "--save-dtype", "float32")) == 0
@@ -80,10 +81,13 @@ def test_loss_over_draft_vocab_trains_only_that_vocabulary(tiny_setup, tmp_path)
                       "--loss-over-draft-vocab", "--draft-vocab-size", "24", "--weight-decay", "0", "--lr", "1e-2",
                       "--save-dtype", "float32")) == 0
     vocab = load_draft_vocab(tuned, AutoConfig.from_pretrained(str(target_dir)).vocab_size)
-    start, after = (load_weights(path, target_dir)["markov_head.markov_w2.weight"] for path in (trained, tuned))
+    start, exported = (load_weights(path, target_dir)["markov_head.markov_w2.weight"] for path in (trained, tuned))
+    latest = tuned / "work" / "checkpoints" / (tuned / "work" / "checkpoints" / "latest").read_text().strip()
+    after = torch.load(latest / "trainer_state.pt", weights_only=False)["drafter"]["markov_head.markov_w2.weight"]
     outside = torch.ones(len(start), dtype=torch.bool).index_fill_(0, vocab, False)
     assert len(vocab) == 24 and torch.equal(after[outside], start[outside])
     assert not torch.allclose(after[vocab], start[vocab])
+    assert is_compact(tuned) and torch.equal(exported[vocab], after[vocab]) and not exported[outside].any()
     card = (tuned / "README.md").read_text()
     assert "logits and loss over the draft vocabulary only (--loss-over-draft-vocab" in card
     assert "## Held-out check" in card, "the held-out check ran, drafting among the draft vocabulary"
