@@ -140,11 +140,13 @@ def _init_store(state: SchedulerState, result, planner, *args, **kwargs) -> None
     head = planner._confidence_head  # its temperatures as loaded (SGLang's --speculative-dspark-confidence-sts-path)
     planner._dspark_loaded_sts = head.sts_temperatures.clone() if head is not None else None
     given = get_spec().speculative_dspark_sps_table_path
-    if (RuntimeStateStore.initial_settings(given).sps_table is None
-            and read_ragged_verify_mode() is not RaggedVerifyMode.STATIC):
+    table = RuntimeStateStore.initial_settings(given).sps_table
+    if table is None and read_ragged_verify_mode() is not RaggedVerifyMode.STATIC:
         state.awaiting_table = planner  # its store waits for the table SGLang's forward measures
         return
     state.store = new_store(planner.gamma, given)
+    if given is None and table is not None:  # handed over in the state alone (a restart's live settings)
+        give_sglang_the_table(planner, table)
     logger.info("dspark planner: %s", state.store.report())
 
 

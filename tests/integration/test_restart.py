@@ -66,6 +66,7 @@ def test_restart_under_load_keeps_settings_and_loses_no_retried_request(tmp_path
             reader.restart(timeout_s=5)
         assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
         admin.update({"max_verify_length": 3})
+        assert admin.get().sps_table_source == "sglang-forward"  # no table given: the schedulers measured one
         sidecar_pids = {p.pid for p in children(server)}
 
         stop, results = threading.Event(), []
@@ -92,6 +93,7 @@ def test_restart_under_load_keeps_settings_and_loses_no_retried_request(tmp_path
         assert reply.starts == 2 and reply.seconds > 0
         assert reply.state.settings.max_verify_length == 3 and reply.state.settings.policy == "fixed"
         assert admin.get().settings.max_verify_length == 3
+        assert admin.get().sps_table_source == "cached"  # the restart found the table instead of measuring again
         wrong = [(p, a) for p, a, _, _ in results if a != reference[p]]
         assert not wrong, f"{len(wrong)} of {len(results)} answers differ from the target's: {wrong[:2]}"
         retried = [f for _, _, f, _ in results if f]
