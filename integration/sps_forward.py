@@ -16,9 +16,11 @@ attention backend and device (on CPU, the CPU recipe).
                 refit from traffic then correct it toward the graphs' cost).
     TP          every rank runs the same probes (the forward's collectives need them all); rank 0's table is
                 broadcast and every rank writes it beside its own cache (a rank on another node has its own disk)
-    cache       <SPS dir>/sglang/<model>-<key>.json, key = model path and revision (config.json's mtime when
-                there is none), device name (CPU: threads), dtype, TP size and attention backend: the next start
-                of the same deployment reads it instead of measuring (source "cached")
+    cache       <SPS dir>/sglang/<model>-<key>.json, key = model path and revision (without one: config.json's
+                content and the weight files' names and sizes), device name (CPU: threads), dtype, TP size and
+                attention backend: the next start of the same deployment reads it instead of measuring (source
+                "cached"), from any directory of $DSPARK_SPS_DIR (the chart's SPS Job stores its tables in a
+                ConfigMap the pods mount there: `dspark serve --profile-sps-only`)
 
 ProfileSps (the admin plane) asks the schedulers to measure again, on the live replica, between rounds: the
 `{"profile_sps": {}}` form of a dspark update (refit.py), which becomes a `set` of the measured table.
@@ -38,7 +40,7 @@ import torch
 import torch.distributed
 
 from dspark.kernels.sps import SpsTable
-from dspark.models.decoding.sps_paths import sps_write_dir
+from dspark.models.decoding.sps_paths import sps_dirs, sps_write_dir
 from dspark.models.decoding.sps_profile import load_sps, measure_table, probe_sizes
 from dspark.models.errors import ConfigError
 
@@ -58,7 +60,7 @@ def cache_key(scheduler) -> dict:
     model = Path(args.model_path)
     revision = getattr(args, "revision", None)
     if revision is None and (model / "config.json").is_file():
-        revision = f"mtime:{(model / 'config.json').stat().st_mtime_ns}"
+        revision = content_revision(model)
     device = (torch.cuda.get_device_name() if str(runner.device).startswith("cuda")
               else f"cpu:{platform.machine()}:{torch.get_num_threads()} threads")
     return {"model": str(model.resolve()) if model.exists() else str(model), "revision": revision,
@@ -66,9 +68,29 @@ def cache_key(scheduler) -> dict:
             "attention_backend": type(runner.attn_backend).__name__}
 
 
-def cache_path(key: dict) -> Path:
+def content_revision(model: Path) -> str:
+    """A model directory's revision when none is given: its config.json and the names and sizes of its weight files.
+    The same on every copy of the same files (each pod downloads its own; mtimes differ), unlike a timestamp."""
+    digest = hashlib.sha256((model / "config.json").read_bytes())
+    for weights in sorted(model.glob("*.safetensors")) + sorted(model.glob("*.bin")):
+        digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
+    return f"content:{digest.hexdigest()[:16]}"
+
+
+def cache_name(key: dict) -> str:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return sps_write_dir() / "sglang" / f"{Path(key['model']).name}-{digest}.json"
+    return f"{Path(key['model']).name}-{digest}.json"
+
+
+def cache_path(key: dict) -> Path:
+    """Where this deployment's table is written: the writable SPS directory's sglang/."""
+    return sps_write_dir() / "sglang" / cache_name(key)
+
+
+def cached_copies(key: dict) -> list[Path]:
+    """Where a start looks for this deployment's table, in order: every SPS directory's sglang/ (the chart mounts
+    the tables its SPS Job measured at one of them: a persistent home beside the per-pod cache)."""
+    return [directory / "sglang" / cache_name(key) for directory in sps_dirs()]
 
 
 def forward_probe(scheduler) -> Callable[[torch.Tensor], Callable[[], float]]:
@@ -151,8 +173,10 @@ def cached_table(path: Path) -> Optional[SpsTable]:
 def table_at_start(state: SchedulerState, scheduler, tokens_per_request: int) -> tuple[Path, str]:
     """The path of this deployment's table and its source: "cached" when rank 0 finds it, else "sglang-forward"
     (measured now, on every rank)."""
-    path = cache_path(cache_key(scheduler))
-    cached = rank0_table(cached_table(path), state.group)
+    key = cache_key(scheduler)
+    path = cache_path(key)
+    found = next((table for table in map(cached_table, cached_copies(key)) if table is not None), None)
+    cached = rank0_table(found, state.group)
     if cached is not None:
         source, table = "cached", cached
     else:

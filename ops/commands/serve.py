@@ -47,6 +47,8 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -57,11 +59,12 @@ from dspark.integration.liveness import Liveness
 from dspark.integration.metrics import RESTARTS_ENV
 from dspark.integration.request_limits import RequestLimits
 from dspark.integration.runtime_state import compile_state
-from dspark.integration.server import (CPU_ENV, CPU_MAX_TOTAL_TOKENS, TRACE_LEVEL, cpu_server_args, dspark_args,
-                                       dspark_env, launch_command, server_environment)
+from dspark.integration.server import (CPU_ENV, CPU_MAX_TOTAL_TOKENS, READY_TIMEOUT_S, TRACE_LEVEL, cpu_server_args,
+                                       dspark_args, dspark_env, launch_command, server_environment)
 from dspark.models.cache import cache_root
 from dspark.models.checkpoint import read_drafter_config
 from dspark.models.decoding.settings import VerifySettings
+from dspark.models.decoding.sps_paths import sps_write_dir
 from dspark.models.errors import ConfigError
 from dspark.models.target_io import load_target_config
 from dspark.ops.admin.restart import RESTART_SIGNAL, CrashBudget, RestartChannel
@@ -98,6 +101,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="do not pass SGLang --enable-metrics (on by default: /metrics with SGLang's and dspark's "
                              "families)")
     server.add_argument("--dry-run", action="store_true", help="print the SGLang command and environment; start nothing")
+    server.add_argument("--profile-sps-only", action="store_true",
+                        help="start SGLang, wait until it serves (with no --sps-table its schedulers measure the SPS "
+                             "table by SGLang's forward and cache it under $DSPARK_SPS_DIR first), stop it and exit: "
+                             "the chart's SPS Job")
     server.add_argument("--drain-timeout", type=finite_float, default=DRAIN_TIMEOUT_S,
                         help="seconds the requests in flight get to finish after SIGTERM before SGLang is killed "
                              f"(default {DRAIN_TIMEOUT_S:g}; keep it below the pod's terminationGracePeriodSeconds)")
@@ -176,10 +183,14 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str],
     return launch_command(args.target, args.host, args.port, extra + passthrough), env, cpu
 
 
+def local_url(args: argparse.Namespace) -> str:
+    """SGLang's URL from this machine (a wildcard --host: reached on loopback)."""
+    return http_url({"0.0.0.0": "127.0.0.1", "::": "::1"}.get(args.host, args.host), args.port)
+
+
 def sidecar_command(args: argparse.Namespace) -> list[str]:
     """The admin server beside SGLang (docs/admin.md: why a sidecar process)."""
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(args.host, args.host)  # a wildcard: reach it on loopback
-    return [sys.executable, "-m", "dspark.ops.cli", "admin-server", "--sglang-url", http_url(host, args.port),
+    return [sys.executable, "-m", "dspark.ops.cli", "admin-server", "--sglang-url", local_url(args),
             "--sglang-admin-key-file", str(secrets_dir(args) / "admin-key"), "--supervisor-pid", str(os.getpid()),
             "--supervisor-folder", str(secrets_dir(args)), *admin_arg_list(args)]
 
@@ -212,6 +223,31 @@ def restart_environment(env: dict[str, str], settings: dict | None, gamma: int) 
     return {**env, **dspark_env(state.to_dict())}
 
 
+def profile_sps_only(server: subprocess.Popen, args: argparse.Namespace) -> int:
+    """Wait until SGLang serves, which it does once its schedulers hold their SPS table, then stop it: 0 when it
+    served, else SGLang's exit status (1 when it never served within READY_TIMEOUT_S)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while server.poll() is None and time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(local_url(args) + "/health", timeout=5) as answer:
+                served = answer.status == 200
+        except (OSError, ValueError):
+            served = False
+        if served:
+            print(f"dspark serve: SGLang served; its SPS table is cached under {sps_write_dir() / 'sglang'}",
+                  file=sys.stderr, flush=True)
+            server.send_signal(signal.SIGTERM)
+            wait_draining(server, threading.Event(), args.drain_timeout)
+            return 0
+        time.sleep(1.0)
+    if server.poll() is None:
+        kill_tree(server.pid)
+        server.wait()
+        print(f"dspark serve: SGLang did not serve within {READY_TIMEOUT_S:g} s", file=sys.stderr)
+        return 1
+    return server.returncode or 1
+
+
 def kill_tree(pid: int) -> None:
     root = psutil.Process(pid)
     for process in [*root.children(recursive=True), root]:
@@ -230,6 +266,9 @@ def run(args: argparse.Namespace) -> int:
         print(shlex.join(sidecar))
     if args.dry_run:
         return 0
+    if args.profile_sps_only and (args.drafter is None or args.sps_table):
+        raise ConfigError("--profile-sps-only measures the SPS table of a DSpark server: it needs --drafter and "
+                          "no --sps-table")
     write_secrets(secrets_dir(args), admin_key(args))
     restarts = RestartChannel(secrets_dir(args))
     restarts.reset()
@@ -241,6 +280,8 @@ def run(args: argparse.Namespace) -> int:
     start = lambda environment: subprocess.Popen(
         command, env=server_environment(cpu, {**environment, RESTARTS_ENV: str(crashes.total)}), cwd=neutral)
     server = start(base_env)
+    if args.profile_sps_only:
+        return profile_sps_only(server, args)
     restarts.record_start()
     sidecar_process = subprocess.Popen(sidecar, cwd=neutral) if sidecar else None
     stopping, draining = threading.Event(), threading.Event()

@@ -261,17 +261,36 @@ def test_multi_node_tensor_parallelism_renders_a_leader_worker_set(render, helm)
     assert missing.returncode != 0 and "needs the LeaderWorkerSet CRD" in missing.stderr
 
 
-def test_the_sps_job_profiles_the_target_where_the_servers_run_and_may_write_only_its_configmap(render):
+def test_the_sps_job_measures_as_the_servers_do_where_they_run_and_may_write_only_its_configmap(render, helm):
     docs = render("--set", "spsProfile.enabled=true", "--set", "scheduling.nodeSelector.pool=gpu")
     job = find_job(docs, "sps-profile")["spec"]["template"]["spec"]
     profile = next(c for c in job["initContainers"] if c["name"] == "profile")
-    assert profile["command"] == ["dspark", "profile-sps"] and profile["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert profile["command"] == ["dspark", "serve", "--profile-sps-only"]
+    assert profile["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    served = serving_container(docs)
+    # the same models, device and SGLang arguments as the servers, so the same cache key; no admin sidecar
+    after_dashes = lambda args: args[args.index("--") + 1:]
+    assert after_dashes(profile["args"]) == after_dashes(served["args"])
+    for flag in ("--target", "--drafter", "--device"):
+        assert profile["args"][profile["args"].index(flag) + 1] == served["args"][served["args"].index(flag) + 1]
+    assert not [a for a in profile["args"] if a.startswith("--admin")]
+    assert {"name": "DSPARK_SPS_DIR", "value": "/var/cache/dspark/sps"} in profile["env"]
     assert job["nodeSelector"] == {"pool": "gpu"} and job["serviceAccountName"] == "dspark-sps-profile"
     assert find(docs, "Role", "-sps-profile")["rules"] == [
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["dspark-sps"], "verbs": ["patch"]},
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]
     pod = find(docs, "Deployment")["spec"]["template"]["spec"]
     assert {"name": "sps", "configMap": {"name": "dspark-sps", "optional": True}} in pod["volumes"]
+    # a start looks in every SPS directory's sglang/ (integration/sps_forward.py): the Job's tables are there
+    assert {"name": "sps", "mountPath": "/etc/dspark/sps/sglang", "readOnly": True} in served["volumeMounts"]
+    assert {"name": "DSPARK_SPS_DIR", "value": "/var/cache/dspark/sps:/etc/dspark/sps"} in served["env"]
+    for conflict, message in ((("--set", "settings.sps_table=/etc/t.json"), "settings.sps_table gives one"),
+                              (("--set", "lws.enabled=true", "--set", "gpu.count=8", "--api-versions",
+                                "leaderworkerset.x-k8s.io/v1/LeaderWorkerSet", "--kube-version", "1.30.0"),
+                               "measures on one node")):
+        refused = helm("template", "dspark", str(CHART), "--set", "spsProfile.enabled=true", *conflict, check=False)
+        assert refused.returncode != 0 and message in refused.stderr, refused.stderr
+
 
 
 def test_the_hpa_and_pod_monitor_alternatives(render):

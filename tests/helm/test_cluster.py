@@ -209,13 +209,16 @@ def test_the_sps_job_stores_its_table_with_only_its_own_rbac(plane, tmp_path):
     pod = eventually(lambda: plane.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=sps-profile")[
         "items"], "the SPS Job started no pod")
     assert pod[0]["spec"]["nodeName"] == GPU_NODE
-    (tmp_path / "sps.json").write_text('{"sample_batch_tokens": [1, 8], "sample_steps_per_sec": [50.0, 40.0]}')
+    tables = tmp_path / "sglang"  # what `dspark serve --profile-sps-only` leaves in the Job's SPS directory
+    tables.mkdir()
+    table = tables / "Qwen3-8B-0123456789abcdef.json"
+    table.write_text('{"sample_batch_tokens": [1, 8], "sample_steps_per_sec": [50.0, 40.0]}')
     for _ in range(2):  # creates, then replaces
         out = run_job_container(plane, job, "dspark-sps-profile", tmp_path,
-                                **{"/var/cache/dspark/sps.json": tmp_path / "sps.json"})
+                                **{"/var/cache/dspark/sps/sglang": tables})
         assert out.returncode == 0 and out.stdout.split() in (["dspark-sps", "200"], ["dspark-sps", "201"]), out.stderr
-    stored = plane.get("configmap", "-n", NAMESPACE, "dspark-sps")["data"]["sps.json"]
-    assert stored == (tmp_path / "sps.json").read_text()
+    stored = plane.get("configmap", "-n", NAMESPACE, "dspark-sps")["data"]
+    assert stored == {table.name: table.read_text()}
     served = plane.get("deploy", "-n", NAMESPACE, RELEASE)["spec"]["template"]["spec"]["volumes"]
     assert {"name": "sps", "configMap": {"name": "dspark-sps", "optional": True, "defaultMode": 420}} in served
 

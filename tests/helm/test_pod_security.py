@@ -12,8 +12,7 @@ VARIANTS = {
     "defaults": [],
     "everything": ["--set", "router.enabled=true", "--set", "spsProfile.enabled=true", "--set", "hub.tokenSecret=hf",
                    "--set", "admin.tls.secretName=tls", "--set", "admin.tls.requireClientCert=true"],
-    "lws-without-the-exception": ["--values", str(LWS_EXAMPLE), "--set", "lws.network.ipcLock=false",
-                                  "--set", "spsProfile.enabled=true"],
+    "lws-without-the-exception": ["--values", str(LWS_EXAMPLE), "--set", "lws.network.ipcLock=false"],
     **{example.stem: ["--values", str(example)] for example in EXAMPLES if example != LWS_EXAMPLE},
 }
 

@@ -96,7 +96,7 @@ containers:
       {{- . | nindent 6 }}
       {{- end }}
       {{- if $v.spsProfile.enabled }}
-      - {name: sps, mountPath: /etc/dspark/sps, readOnly: true}
+      - {name: sps, mountPath: /etc/dspark/sps/sglang, readOnly: true}  # where a start looks for its table
       {{- end }}
       {{- if $v.lws.enabled }}
       {{- with $v.lws.network.extraVolumeMounts }}
