@@ -148,11 +148,11 @@ drafters: setup
 # ~90 for Eagle3 (its 6 test-time-training steps). Interrupted? Run it again: every command resumes from its
 # last checkpoint.
 SMOLLM2 := $(DSPARK_CACHE)/targets/smollm2-135m-instruct
+RETIRED := $(DSPARK_CACHE)/drafters
 SMOLLM2_TRAIN := --target $(SMOLLM2) --data-source chat --prompt-len 128 --response-len 64 \
 	--eval-samples 32 --data-cache $(DSPARK_CACHE)/train-data --feature-cache $(DSPARK_CACHE)/train-features \
 	--bf16 --init-from-target --block-size 6 --target-layer-ids 2 15 27 --mask-token-id 0 --batch-size 4 \
 	--lr 1e-3 --checkpoint-every 50 --log-every 10 --slim --resume
-RETIRED := $(DSPARK_CACHE)/drafters
 SMOLLM2_RECIPE := $(SMOLLM2_TRAIN) --num-samples 960 --n-anchors 16 --steps 1000 --threads 1
 SMOLLM2_DSPARK := --drafter dspark --markov-head vanilla --markov-rank 64 --num-layers 2
 .PHONY: smollm2-drafters
