@@ -9,10 +9,7 @@ import json
 import math
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from dspark.models.evaluation.plots import plt, save  # the committed plots' one writer
 
 
 def main() -> None:
@@ -43,8 +40,7 @@ def main() -> None:
     axis.axhline(args.needed_acceptance, color="grey", linestyle="--", label="needed for 1.5x")
     axis.set(xscale="log", xlabel="reply tokens trained on", ylabel="acceptance (decoded, mt-bench)")
     axis.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(args.results / "scaling.png", dpi=120)
+    save(figure, args.results / "scaling.png")
     print(json.dumps(summary, indent=1))
 
 

@@ -76,10 +76,7 @@ def main() -> int:
 
 
 def plot(result: dict) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from dspark.models.evaluation.plots import plt, save  # the committed plots' one writer
 
     figure, axes = plt.subplots(figsize=(6, 4))
     for name in ("transformers_profiled", "sglang_forward"):
@@ -91,8 +88,7 @@ def plot(result: dict) -> None:
     axes.set_ylabel("ms per verify forward (table)")
     axes.set_xscale("log", base=2)
     axes.legend()
-    figure.tight_layout()
-    figure.savefig(OUT / "sps_tables.png", dpi=120)
+    save(figure, OUT / "sps_tables.png")
 
 
 if __name__ == "__main__":
