@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from dspark.ops.arg_types import finite_float
+
 REPO = Path(__file__).resolve().parents[3]
 TARGET, DRAFTER = REPO / "embedded" / "target", REPO / "embedded" / "dspark"
 BUDGET_S = 420.0  # the parts start within 7 minutes; the last one and the table fit in the 8th
@@ -43,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="also write gpu_check.md and gpu_check.json here")
-    parser.add_argument("--budget-s", type=float, default=BUDGET_S,
+    parser.add_argument("--budget-s", type=finite_float, default=BUDGET_S,
                         help="no part starts after this many seconds (default: %(default)s)")
 
 
