@@ -47,7 +47,7 @@ def serve_rounds(cache: Path, table: Path | None) -> dict:
         with ThreadPoolExecutor(CLIENTS) as pool:
             list(pool.map(client, PROMPTS * (CLIENTS // len(PROMPTS))))
         report = info()
-        return {"sps_table": report["sps_table"], "source": report["sps_table_source"],
+        return {"sps_table": Path(report["sps_table"]).name, "source": report["sps_table_source"],  # no temp folder
                 "rounds": report["totals"]["rounds"], "error_ratio": report["sps_fit"]["error_ratio"],
                 "samples": report["sps_fit"]["samples"], "step_overhead_s": report["step_overhead_s"],
                 "table": json.loads(Path(report["sps_table"]).read_text())}

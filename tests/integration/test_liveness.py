@@ -23,7 +23,8 @@ from tests.integration.dspark_serve import DsparkServe
 WINDOW_S = 5.0
 PROBE_EVERY_S = 0.25
 RUNNING = 8  # DsparkServe's --max-running-requests
-LONG_LOAD = (RUNNING + 4, 128)  # requests, tokens each: a full batch with 4 more waiting, for well over the window
+CLIENTS, TOKENS = RUNNING + 4, 128  # a full batch with 4 more waiting, each client asking again until LOAD_S passed
+LOAD_S = 3 * WINDOW_S  # well over the window, however fast this machine generates
 
 
 @pytest.fixture(scope="module")
@@ -79,16 +80,23 @@ def test_a_default_serve_lists_the_dspark_metric_families(server):
 
 def test_liveness_passes_while_idle_and_through_a_long_generation_at_full_load(server):
     assert probe(server.url)[0] == 200
-    requests, tokens = LONG_LOAD
-    with ThreadPoolExecutor(requests) as pool:
-        answers = [pool.submit(generate, server.url, tokens) for _ in range(requests)]
-        began, seen = time.monotonic(), []
+    began = time.monotonic()
+
+    def client() -> list:
+        """Generations back to back until LOAD_S passed: the batch stays full the whole time."""
+        lengths = []
+        while time.monotonic() - began < LOAD_S:
+            lengths.append(len(generate(server.url, TOKENS)["output_ids"]))
+        return lengths
+
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        answers, seen = [pool.submit(client) for _ in range(CLIENTS)], []
         while not all(answer.done() for answer in answers):
             seen.append(probe(server.url)[0])
             time.sleep(PROBE_EVERY_S)
         lasted = time.monotonic() - began
-    assert all(len(answer.result()["output_ids"]) == tokens for answer in answers)
-    assert lasted > 2 * WINDOW_S, "the load must outlast the window for this test to mean anything"
+    assert all(lengths and set(lengths) == {TOKENS} for lengths in (answer.result() for answer in answers))
+    assert lasted > LOAD_S > 2 * WINDOW_S, "the load must outlast the window for this test to mean anything"
     assert set(seen) == {200}, seen
 
 
