@@ -26,6 +26,7 @@ from dspark.models.drafters.draft_vocab import load_draft_vocab
 
 DRAFT_MODEL = "sglang.srt.models.dspark.DSparkDraftMixin"
 MASK_ATTRIBUTE = "dspark_draft_vocab_mask"  # on the drafter module: [vocab_size] bool, or None
+OUTSIDE_ATTRIBUTE = "dspark_draft_vocab_outside"  # on the drafter module: (start, width) -> [width] bool, per slice
 
 
 def draft_vocab_mask(directory: Path, vocab_size: int, device) -> Optional[torch.Tensor]:
@@ -38,14 +39,13 @@ def draft_vocab_mask(directory: Path, vocab_size: int, device) -> Optional[torch
     return mask
 
 
-def masked_base_logits(logits: torch.Tensor, mask: torch.Tensor, start: int = 0) -> torch.Tensor:
-    """logits [..., width] for the vocabulary slice from `start` (a rank's slice, or all of it), -inf outside the
-    draft vocabulary; columns past the vocabulary (padding) count as outside."""
-    width = logits.shape[-1]
-    inside = torch.zeros(width, dtype=torch.bool, device=logits.device)
+def outside_slice(mask: torch.Tensor, start: int, width: int) -> torch.Tensor:
+    """[width] True outside the draft vocabulary for the vocabulary slice from `start` (a rank's slice, or all of
+    it); columns past the vocabulary (padding) count as outside."""
+    inside = torch.zeros(width, dtype=torch.bool, device=mask.device)
     covered = max(0, min(width, mask.numel() - start))
     inside[:covered] = mask[start:start + covered]
-    return logits.masked_fill(~inside, float("-inf"))
+    return ~inside
 
 
 def _after_load_weights(result, model, *args, **kwargs):
@@ -53,6 +53,7 @@ def _after_load_weights(result, model, *args, **kwargs):
     directory = Path(getattr(config, "_name_or_path", "") or ".")
     device = next(model.parameters()).device
     setattr(model, MASK_ATTRIBUTE, draft_vocab_mask(directory, config.vocab_size, device))
+    setattr(model, OUTSIDE_ATTRIBUTE, {})
     return result
 
 
@@ -62,7 +63,11 @@ def _after_compute_base_logits(result, model, *args, **kwargs):
         return result
     logits, confidence_features = result
     shard = model.markov_head.vocab_shard
-    return masked_base_logits(logits, mask, 0 if shard is None else shard.start), confidence_features
+    key = (0 if shard is None else shard.start, logits.shape[-1])
+    slices = getattr(model, OUTSIDE_ATTRIBUTE)
+    if key not in slices:  # once per slice shape, not every round
+        slices[key] = outside_slice(mask, *key)
+    return logits.masked_fill(slices[key], float("-inf")), confidence_features
 
 
 def install() -> None:

@@ -237,7 +237,9 @@ def profile_sps_only(server: subprocess.Popen, args: argparse.Namespace) -> int:
             print(f"dspark serve: SGLang served; its SPS table is cached under {sps_write_dir() / 'sglang'}",
                   file=sys.stderr, flush=True)
             server.send_signal(signal.SIGTERM)
-            wait_draining(server, threading.Event(), args.drain_timeout)
+            stopping = threading.Event()
+            stopping.set()  # wait_draining's bound applies from now: drain_timeout, then the tree is killed
+            wait_draining(server, stopping, args.drain_timeout)
             return 0
         time.sleep(1.0)
     if server.poll() is None:
