@@ -90,7 +90,10 @@ def _levers(info: dict) -> str:
     compute = "bf16 autocast (--bf16)" if info.get("bf16") else "fp32"
     vocab = ("the draft vocabulary only (--loss-over-draft-vocab: serve it with draft_vocab.json)"
              if info.get("loss_over_draft_vocab") else "the full vocabulary")
-    return f"target outputs: {features}; started from {start}; compute: {compute}; logits and loss over {vocab}."
+    loss = ("the greedy-matched loss (--loss greedy: CE on the target's argmax)" if info.get("loss") == "greedy"
+            else "the sampling loss")
+    return (f"target outputs: {features}; started from {start}; compute: {compute}; logits and loss over {vocab}; "
+            f"{loss}.")
 
 
 def _heads(cfg: dict) -> str:

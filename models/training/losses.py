@@ -25,6 +25,16 @@ it). The L1 stays the full one, since q is 0 outside V':
 so c* is still the acceptance rate verification will see. A slot whose label lies outside V' has no CE term (q
 cannot propose it) but keeps its TV and confidence terms.
 
+Greedy-matched (`dspark train --loss greedy`). Greedy verification accepts draft k exactly when the drafter's
+argmax equals the target's, a_k = argmax p_t at the slot, so that is what this loss trains (the LK-style choice of
+matching the acceptance rule the drafter will serve under, not the sampled data token):
+
+    L_ce   = Σ w_k · (-log p_d(a_k))                         / (Σ w_k + 1e-6)   a_k in place of x*
+    L_conf = Σ w_k · BCEWithLogits(conf_logit_k, 1[argmax p_d = a_k])            the greedy acceptance event
+    L      = L_ce + L_conf                                   (DFlash: L_ce alone)
+
+Its `accept` diagnostic is the decay-weighted rate of that event; tv is still logged, for comparison.
+
 Eagle3 (DeepSpec's). Step k (0-indexed) of the test-time-training unroll at position t predicts token t+k+2; its
 soft target is the target's distribution at position t+k+1:
 
@@ -58,6 +68,9 @@ from dspark.models.errors import ConfigError
 NORM_EPS = 1e-6
 
 
+LABEL_SOURCES = ("data", "target_argmax")
+
+
 @dataclass(frozen=True)
 class BlockLossWeights:
     """Coefficients of the block-drafter loss and the position-decay constant."""
@@ -66,8 +79,11 @@ class BlockLossWeights:
     tv: float = 0.9
     conf: float = 1.0
     decay: float = 4.0
+    labels: str = "data"  # CE labels: "data" (the reply's tokens) or "target_argmax" (greedy-matched)
 
     def __post_init__(self) -> None:
+        if self.labels not in LABEL_SOURCES:
+            raise ConfigError(f"loss labels must be one of {', '.join(LABEL_SOURCES)}, got {self.labels!r}")
         for name in ("ce", "tv", "conf"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"loss weight {name} must be >= 0, got {getattr(self, name)}")
@@ -79,6 +95,8 @@ class BlockLossWeights:
 
 DSPARK_LOSS = BlockLossWeights(ce=0.1, tv=0.9, conf=1.0)
 DFLASH_LOSS = BlockLossWeights(ce=1.0, tv=0.0, conf=0.0)
+DSPARK_GREEDY_LOSS = BlockLossWeights(ce=1.0, tv=0.0, conf=1.0, labels="target_argmax")
+DFLASH_GREEDY_LOSS = BlockLossWeights(ce=1.0, tv=0.0, conf=0.0, labels="target_argmax")
 EAGLE3_STEP_DECAY = 0.8
 
 
@@ -139,13 +157,20 @@ def block_loss(
         raise ValueError("block_loss: weights.tv/conf > 0 need target_logits")
     if weights.conf > 0 and confidence_logits is None:
         raise ValueError("block_loss: weights.conf > 0 needs confidence_logits (drafter without confidence head?)")
+    greedy = weights.labels == "target_argmax"
+    if greedy and target_logits is None:
+        raise ValueError("block_loss: labels 'target_argmax' need target_logits")
     w_full = position_weights(eval_mask, weights.decay)
     norm = (w_full.sum() if weight_total is None else weight_total) + NORM_EPS
     sel = eval_mask.bool()
     w = w_full[sel]  # [m]
     # The supervised rows are picked once: each vocabulary-wide pick is a copy, and a scatter back in backward.
     draft = draft_logits[sel].float()  # [m, vocab or V']
-    label = labels[sel]
+    label = target_logits[sel].argmax(dim=-1) if greedy else labels[sel]
+    greedy_accept = None
+    if greedy:  # 1[the drafter's argmax, as a token id, is the target's]
+        proposed = draft.argmax(dim=-1)
+        greedy_accept = ((proposed if vocab_ids is None else vocab_ids[proposed]) == label).float()
     ce_weight = w
     if vocab_ids is not None:  # the label's index in the draft vocabulary; no CE where it has none
         index = torch.searchsorted(vocab_ids, label).clamp(max=len(vocab_ids) - 1)
@@ -157,7 +182,7 @@ def block_loss(
     terms = {"ce": l_ce.item()}
     if target_logits is not None:
         l1 = total_variation_l1(draft, target_logits[sel], vocab_ids)  # [m]
-        c_star = acceptance_label(l1)
+        c_star = acceptance_label(l1) if greedy_accept is None else greedy_accept
         l_tv = (w * l1).sum() / norm
         terms["tv"] = l_tv.item()
         terms["accept"] = ((w * c_star).sum() / norm).item()

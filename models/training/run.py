@@ -40,7 +40,7 @@ from dspark.models.training.export import (config_json, dataset_stats, describe_
                                            write_draft_vocab)
 from dspark.models.training.evaluate import greedy_acceptance
 from dspark.models.training.feature_store import StoredFeatures, StoreLayout, open_store, store_directory, write_shard
-from dspark.models.training.losses import DFLASH_LOSS, DSPARK_LOSS
+from dspark.models.training.losses import DFLASH_GREEDY_LOSS, DFLASH_LOSS, DSPARK_GREEDY_LOSS, DSPARK_LOSS
 from dspark.models.training.monitor import RunMonitor
 from dspark.models.training.regenerate import read_regenerated
 from dspark.models.training.tasks import BlockTask, Eagle3Task, TrainTask
@@ -99,15 +99,23 @@ def drafter_config(spec: DrafterSpec, target_config, mask_token_id: int | None) 
                                      sample_from_anchor=spec.sample_from_anchor, **common, **heads)
 
 
-def build_task(config: DrafterConfig, n_anchors: int, vocab_ids: torch.Tensor | None = None) -> TrainTask:
+BLOCK_LOSSES = {  # --loss: (DSpark's weights, DFlash's weights), losses.py
+    "sampling": (DSPARK_LOSS, DFLASH_LOSS),
+    "greedy": (DSPARK_GREEDY_LOSS, DFLASH_GREEDY_LOSS),
+}
+
+
+def build_task(config: DrafterConfig, n_anchors: int, vocab_ids: torch.Tensor | None = None,
+               loss: str = "sampling") -> TrainTask:
     """The drafter's training task; vocab_ids ([V'] sorted) restricts a block drafter's loss to that draft
-    vocabulary (losses.py)."""
+    vocabulary, and `loss` picks the sampling-matched or the greedy-matched loss (losses.py)."""
     if config.kind == "eagle3":
-        assert vocab_ids is None, "TrainJob refuses --loss-over-draft-vocab for Eagle3"
+        assert vocab_ids is None and loss == "sampling", "TrainJob refuses these options for Eagle3"
         return Eagle3Task(config.target_layer_ids, config.block_size)
-    weights = DSPARK_LOSS if config.kind == "dspark" else DFLASH_LOSS
+    dspark_weights, dflash_weights = BLOCK_LOSSES[loss]
+    weights = dspark_weights if config.kind == "dspark" else dflash_weights
     if config.kind == "dspark" and not config.enable_confidence_head:
-        weights = dataclasses.replace(DSPARK_LOSS, conf=0.0)
+        weights = dataclasses.replace(weights, conf=0.0)
     return BlockTask(config.target_layer_ids, config.block_size, n_anchors, weights, vocab_ids)
 
 
@@ -140,6 +148,7 @@ class TrainJob:
     draft_vocab_size: int = 8192  # draft_vocab.json: this many of the trained tokens, the most frequent
     loss_over_draft_vocab: bool = False  # block drafters: logits and loss over draft_vocab.json only (losses.py)
     only_draft_vocab: bool = False  # write draft_vocab.json from the data and stop (a drafter trained before)
+    loss: str = "sampling"  # block drafters: "sampling" (the paper's) or "greedy" (matched to greedy verification)
     command: str = ""
 
     def __post_init__(self) -> None:
@@ -152,6 +161,11 @@ class TrainJob:
         if self.loss_over_draft_vocab and self.spec.kind == "eagle3":
             raise ConfigError("--loss-over-draft-vocab trains the block drafters (dspark, dflash); Eagle3's "
                               "test-time-training loss runs over the full vocabulary")
+        if self.loss not in BLOCK_LOSSES:
+            raise ConfigError(f"--loss must be one of {', '.join(BLOCK_LOSSES)}, got {self.loss!r}")
+        if self.loss != "sampling" and self.spec.kind == "eagle3":
+            raise ConfigError(f"--loss {self.loss} trains the block drafters (dspark, dflash); Eagle3 keeps its "
+                              "test-time-training loss")
 
 
 def cached_dataset(documents, cfg: DataConfig, target, eos_id: int, key: dict, cache_dir: Path, dist: DistContext):
@@ -238,7 +252,7 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         init_from_drafter(drafter, job.init_from_drafter, target)
     dist.barrier()  # rank 0 wrote the draft vocabulary
     vocab_ids = load_draft_vocab(job.out_dir, target_config.vocab_size)  # the one the exported drafter drafts among
-    task = build_task(config, job.spec.n_anchors, vocab_ids if job.loss_over_draft_vocab else None)
+    task = build_task(config, job.spec.n_anchors, vocab_ids if job.loss_over_draft_vocab else None, job.loss)
     def held_out_set() -> TokenDataset:  # the target's greedy replies to held-out prompts (rank 0)
         eval_source = "chat" if job.data.source == "chat" or job.data_file is not None else "generations"
         eval_cfg = dataclasses.replace(job.data, source=eval_source, num_samples=job.eval_samples, temperature=0.0)
@@ -281,7 +295,7 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         "command": job.command, "feature_cache": job.feature_cache_dir is not None,
         "init_from_target": job.init_from_target, "bf16": job.train.bf16,
         "init_from_drafter": None if job.init_from_drafter is None else portable(job.init_from_drafter),
-        "loss_over_draft_vocab": job.loss_over_draft_vocab,
+        "loss_over_draft_vocab": job.loss_over_draft_vocab, "loss": job.loss,
         "fsdp": trainer.fsdp, "held_out_every": monitor.evaluations, "exported_best": monitor.best if kept_best else None,
         "trainable_params": sum(p.numel() for p in drafter.parameters() if p.requires_grad),
     }

@@ -30,7 +30,7 @@ from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, defau
 from dspark.models.errors import ConfigError
 from dspark.models.training.data import SOURCES, DataConfig
 from dspark.models.target_io import computes_bf16_natively
-from dspark.models.training.run import DrafterSpec, TrainJob, train_job
+from dspark.models.training.run import BLOCK_LOSSES, DrafterSpec, TrainJob, train_job
 from dspark.models.training.trainer import DistContext, TrainConfig
 from dspark.models.portable_paths import portable
 from dspark.ops.arg_types import finite_float
@@ -64,6 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="DSpark/DFlash: compute the drafter's logits and the loss over that draft vocabulary only, "
                          "exactly as drafting with it proposes (~2x faster steps on SmolLM2; serve the drafter with "
                          "its draft_vocab.json, which dspark's engine does)")
+    io.add_argument("--loss", choices=tuple(BLOCK_LOSSES), default="sampling",
+                    help="DSpark/DFlash: sampling (the paper's CE on the data plus total variation to the target) or "
+                         "greedy (CE on the target's argmax, confidence on greedy acceptance: matched to greedy "
+                         "verification; models/training/losses.py)")
     io.add_argument("--only-draft-vocab", action="store_true",
                     help="write <out>/draft_vocab.json from this recipe's data and stop (for a drafter trained before)")
 
@@ -228,7 +232,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
         feature_cache_dir=args.feature_cache, init_from_target=args.init_from_target,
         init_from_drafter=args.init_from_drafter,
         draft_vocab_size=args.draft_vocab_size, only_draft_vocab=args.only_draft_vocab,
-        loss_over_draft_vocab=args.loss_over_draft_vocab,
+        loss_over_draft_vocab=args.loss_over_draft_vocab, loss=args.loss,
         command=reproduce_command(args._parser, args),
     )
 

@@ -6,7 +6,9 @@ import torch
 
 from dspark.models.errors import ConfigError
 from dspark.models.training.losses import (
+    DFLASH_GREEDY_LOSS,
     DFLASH_LOSS,
+    DSPARK_GREEDY_LOSS,
     DSPARK_LOSS,
     BlockLossWeights,
     block_loss,
@@ -207,3 +209,42 @@ def test_the_draft_vocabulary_loss_scores_the_draft_that_vocabulary_proposes():
     assert out.terms["tv"] == pytest.approx(((w * l1).sum() / norm).item(), rel=1e-5)
     assert out.terms["accept"] == pytest.approx(((w * (1 - 0.5 * l1)).sum() / norm).item(), rel=1e-5)
     assert out.terms["ce"] == pytest.approx(((w * inside * torch.where(inside, ce, 0)).sum() / norm).item(), rel=1e-5)
+
+
+def test_greedy_loss_hand_computed():
+    """--loss greedy on the two-slot case: the CE labels are the target's argmax (token 0 at both supervised
+    slots; the data labels are ignored), and the confidence label is the greedy acceptance event. Slot 0's draft
+    ties (argmax 0, as torch breaks ties to the first) so it is accepted, and slot 1 too."""
+    draft, target, labels, eval_mask, conf = _two_slot_case()
+    out = block_loss(draft, torch.ones_like(labels), eval_mask, DSPARK_GREEDY_LOSS, target, conf)
+    norm = 1.0 + W1 + 1e-6
+    ce = (math.log(2) + W1 * math.log(4 / 3)) / norm
+    conf_l = (-math.log(0.75) + W1 * math.log(2)) / norm  # sigma(ln3) = .75 and sigma(0) = .5, both labels 1
+    assert out.terms["ce"] == pytest.approx(ce, rel=1e-5)
+    assert out.terms["conf"] == pytest.approx(conf_l, rel=1e-5)
+    assert out.terms["accept"] == pytest.approx((1.0 + W1) / norm, rel=1e-5)
+    assert out.terms["tv"] == pytest.approx(0.5 / norm, rel=1e-5), "logged, not trained"
+    assert out.total.item() == pytest.approx(ce + conf_l, rel=1e-5)
+
+
+def test_greedy_loss_follows_the_targets_argmax_not_the_data():
+    """Any data labels give the same greedy loss; its CE is the sampling loss's CE with the target's argmax as
+    labels; `accept` is the weighted rate of argmax agreement, over a draft vocabulary mapped back to token ids."""
+    draft, target, labels, eval_mask, conf = _random_block_case()
+    out = block_loss(draft, labels, eval_mask, DFLASH_GREEDY_LOSS, target)
+    other = block_loss(draft, torch.zeros_like(labels), eval_mask, DFLASH_GREEDY_LOSS, target)
+    as_data = block_loss(draft, target.argmax(-1), eval_mask, DFLASH_LOSS, target)
+    assert out.terms == pytest.approx(other.terms) and out.terms["ce"] == pytest.approx(as_data.terms["ce"])
+    vocab_ids = torch.tensor([0, 2, 3, 5, 8, 11])
+    restricted = block_loss(draft[..., vocab_ids], labels, eval_mask, DSPARK_GREEDY_LOSS, target, conf,
+                            vocab_ids=vocab_ids)
+    proposed = vocab_ids[draft[..., vocab_ids].argmax(-1)]
+    w = position_weights(eval_mask, 4.0)
+    agree = (w * (proposed == target.argmax(-1))).sum() / (w.sum() + 1e-6)
+    assert 0 < agree < 1, "the case has both outcomes"
+    assert restricted.terms["accept"] == pytest.approx(agree.item(), rel=1e-5)
+
+
+def test_unknown_label_source_refused():
+    with pytest.raises(ConfigError, match="loss labels must be one of data, target_argmax, got 'argmin'"):
+        BlockLossWeights(labels="argmin")

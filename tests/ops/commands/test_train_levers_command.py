@@ -1,5 +1,5 @@
 """`dspark train` speed and init levers on a tiny target: --feature-cache, --init-from-target, --init-from-drafter,
---bf16, --loss-over-draft-vocab."""
+--bf16, --loss-over-draft-vocab, --loss."""
 import json
 
 import pytest
@@ -91,6 +91,23 @@ def test_loss_over_draft_vocab_trains_only_that_vocabulary(tiny_setup, tmp_path)
     card = (tuned / "README.md").read_text()
     assert "logits and loss over the draft vocabulary only (--loss-over-draft-vocab" in card
     assert "## Held-out check" in card, "the held-out check ran, drafting among the draft vocabulary"
+
+
+def test_greedy_loss_trains_the_targets_argmax_and_eagle3_refuses_it(tiny_setup, tmp_path, capsys):  # noqa: F811
+    """--loss greedy reaches the loss (its logged CE differs from the sampling loss's on the same seed and data),
+    the card and the log say which loss ran; Eagle3 has no block loss to swap and is refused before loading."""
+    root, target_dir, lib = tiny_setup
+    ce = {}
+    for loss in ("sampling", "greedy"):
+        out = tmp_path / loss
+        assert main(_args(root, target_dir, lib, "dspark", out, "--loss", loss, "--eval-samples", "0")) == 0
+        log = json.loads((out / "train_log.json").read_text())
+        ce[loss] = log["history"][0]["ce"]
+        assert log["job"]["loss"] == loss
+    assert ce["greedy"] != pytest.approx(ce["sampling"])
+    assert "the greedy-matched loss (--loss greedy" in (tmp_path / "greedy" / "README.md").read_text()
+    assert main(_args(root, target_dir, lib, "eagle3", tmp_path / "e", "--loss", "greedy")) == 2
+    assert "--loss greedy trains the block drafters (dspark, dflash)" in capsys.readouterr().err
 
 
 def load_weights(drafter_dir, target_dir) -> dict:
