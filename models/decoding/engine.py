@@ -84,6 +84,13 @@ class Generation:
         return 1 + len(self.rounds)  # the prefill produced the first token
 
 
+def tokens_per_round(generations: Sequence[Generation]) -> float:
+    """tau: tokens committed per verification round (accepted drafts plus the target's own token), over every round
+    of these generations; NaN when none ran."""
+    rounds = [r for g in generations for r in g.rounds]
+    return sum(r.emitted for r in rounds) / len(rounds) if rounds else float("nan")
+
+
 class SpeculativeDecoder:
     def __init__(self, target: torch.nn.Module, drafter: Optional[Drafter] = None,
                  policy: VerifyLengthPolicy = VerifyLengthPolicy.of("fixed"), sts_temperatures: Optional[torch.Tensor] = None,

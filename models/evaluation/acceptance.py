@@ -13,7 +13,7 @@
 """
 from typing import Dict, List, Sequence
 
-from dspark.models.decoding.engine import Generation, Round
+from dspark.models.decoding.engine import Generation, Round, tokens_per_round
 
 
 def accepted_histogram(rounds: Sequence[Round], gamma: int) -> List[int]:
@@ -39,7 +39,7 @@ def acceptance_summary(generations: Sequence[Generation], gamma: int) -> Dict:
         conditional.append(passed / len(reached) if reached else float("nan"))
         reached_counts.append(len(reached))
     return {
-        "tau": sum(r.emitted for r in rounds) / n_rounds if n_rounds else float("nan"),
+        "tau": tokens_per_round(generations),
         "rounds": n_rounds,
         "mean_verify_len": sum(r.verify_len for r in rounds) / n_rounds if n_rounds else float("nan"),
         "generated_tokens": sum(len(g.token_ids) for g in generations),

@@ -13,6 +13,12 @@ anchor token x_p (Eagle3 reads them as the pair (F_{p-1}, x_p) at position t = p
 Reported per draft position k = 1..γ: prefix[k] = P(d_1..d_k accepted), conditional[k] = prefix[k]/prefix[k-1]
 (the paper's Fig. 2 "position-wise acceptance"), and tau = 1 + Σ_k prefix[k], the expected tokens committed per
 target forward (accepted drafts + the bonus token) with fixed-length γ proposals.
+
+`decoded_tau` is the small decoded check beside it: the reference engine (models/decoding) decodes a few held-out
+prompts greedily with the drafter as it stands (every draft verified, drafting among its draft vocabulary), and
+reports tokens per round. Teacher forcing scores each anchor in the target's context; decoding also meets the
+drafter's own earlier accepted drafts and the features of partially accepted blocks, so a gap between the two
+shows what the teacher-forced number misses.
 """
 from __future__ import annotations
 
@@ -20,6 +26,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder, tokens_per_round
+from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.training.data import TokenDataset
 from dspark.models.training.tasks import target_outputs
 
@@ -116,3 +124,29 @@ def greedy_acceptance(
         conditional=[round(v, 4) for v in conditional.tolist()],
         tau=round(1.0 + prefix.sum().item(), 4),
     )
+
+
+@torch.no_grad()
+def decoded_tau(drafter: torch.nn.Module, target: torch.nn.Module, dataset: TokenDataset, eos_token_ids: tuple,
+                prompts: int = 4, max_new_tokens: int = 32, vocab_ids: torch.Tensor | None = None) -> float:
+    """Tokens per round of greedy speculative decoding (fixed γ, every draft verified) on the prompts of the first
+    `prompts` samples of `dataset` (each sample's tokens before its first response token), the drafter drafting
+    among vocab_ids when given; its mode and vocabulary are put back afterwards (module docstring)."""
+    texts = []
+    for ids, mask in zip(dataset.input_ids[:prompts], dataset.loss_mask[:prompts]):
+        start = int(mask.int().argmax()) if mask.any() else 0
+        if start > 0:
+            texts.append(ids[:start].tolist())
+    if not texts:
+        raise ValueError("decoded_tau: no sample has a prompt before its response")
+    was_training, full_vocabulary = drafter.training, drafter.draft_vocab
+    drafter.eval()
+    if vocab_ids is not None:
+        drafter.restrict_vocabulary(vocab_ids.to(drafter.device))
+    try:
+        decoder = SpeculativeDecoder(target, drafter, VerifyLengthPolicy.of("fixed"), drafting="always")
+        generations = decoder.generate(texts, GenerationConfig(max_new_tokens, eos_token_ids=eos_token_ids))
+    finally:
+        drafter.draft_vocab = full_vocabulary
+        drafter.train(was_training)
+    return tokens_per_round(generations)

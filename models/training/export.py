@@ -73,6 +73,9 @@ def write_card(out_dir: Path, info: dict) -> None:
             f"tokens per target forward; P(draft k accepted | earlier accepted) = {accept['conditional']} "
             f"(a uniform guess matches with probability 1/{cfg['vocab_size']}).",
         ]
+        if "decoded_tau" in accept:
+            lines.append(f"- decoded (the first held-out prompts, greedy, every draft verified): tau "
+                         f"{accept['decoded_tau']:.3f} tokens per round.")
     lines += ["", "## Reproduce", "```", info["command"], "```", ""]
     (out_dir / "README.md").write_text("\n".join(lines))
 

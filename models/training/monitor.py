@@ -3,10 +3,11 @@ drafter kept.
 
 `RunMonitor` lives on rank 0 (the other ranks get none). Every logged window of the loss terms goes to TensorBoard
 event files in `<work>/tensorboard` (train/<term>; `tensorboard --logdir <work>/tensorboard`), beside the JSON
-history the trainer writes (train_log.json). Every `eval_every` steps it calls `evaluate` (the teacher-forced
-greedy τ on held-out samples, models/training/evaluate.py), logs it as heldout/tau, and when it beats every
-earlier one writes the drafter's weights to `<work>/best/drafter.pt` with `best.json` ({"step", "tau"}), so the
-export can take the best drafter rather than the last.
+history the trainer writes (train_log.json). Every `eval_every` steps it calls `evaluate`, which returns the
+held-out metrics ({"tau": the teacher-forced greedy τ, "decoded_tau": the small decoded check},
+models/training/evaluate.py), logs each as heldout/<name>, and when "tau" beats every earlier one writes the
+drafter's weights to `<work>/best/drafter.pt` with `best.json` ({"step", and the metrics}), so the export can take
+the best drafter rather than the last.
 
 Its state (the evaluations so far, the best τ) travels in the trainer's checkpoint; after a resume the event
 files are purged past the checkpoint's step, so steps a killed run logged after its last checkpoint are not
@@ -26,7 +27,8 @@ BEST_INFO = "best.json"
 
 
 class RunMonitor:
-    def __init__(self, work_dir: Path, evaluate: Callable[[], float] | None = None, eval_every: int = 0) -> None:
+    def __init__(self, work_dir: Path, evaluate: Callable[[], dict[str, float]] | None = None,
+                 eval_every: int = 0) -> None:
         if eval_every < 0 or (eval_every and evaluate is None):
             raise ValueError("eval_every must be >= 0, and > 0 only with an evaluate function")
         self.work_dir, self.evaluate, self.eval_every = Path(work_dir), evaluate, eval_every
@@ -52,13 +54,15 @@ class RunMonitor:
             return
         was_training = drafter.training
         drafter.eval()
-        tau = float(self.evaluate())
+        metrics = {name: float(value) for name, value in self.evaluate().items()}
         drafter.train(was_training)
-        self.evaluations.append({"step": step, "tau": tau})
-        self._writer.add_scalar("heldout/tau", tau, step)
+        entry = {"step": step, **metrics}
+        self.evaluations.append(entry)
+        for name, value in metrics.items():
+            self._writer.add_scalar(f"heldout/{name}", value, step)
         self._writer.flush()
-        if self.best is None or tau > self.best["tau"]:
-            self.best = {"step": step, "tau": tau}
+        if self.best is None or metrics["tau"] > self.best["tau"]:
+            self.best = entry
             directory = self.work_dir / BEST_DIR
             directory.mkdir(parents=True, exist_ok=True)
             torch.save(drafter.state_dict(), directory / BEST_WEIGHTS)

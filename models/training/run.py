@@ -32,13 +32,13 @@ from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
 from dspark.models.drafters.draft_vocab import load_draft_vocab
 from dspark.models.embedded_target.corpus import is_held_out, load_corpus
 from dspark.models.errors import ConfigError
-from dspark.models.target_io import load_frozen_target, load_target_config, target_fingerprint
+from dspark.models.target_io import load_frozen_target, load_target_config, stop_token_ids, target_fingerprint
 from dspark.models.training.data import DataConfig, TokenDataset, build_dataset, load_dataset, save_dataset
 from dspark.models.training.conversation_data import conversations_dataset
 from dspark.models.training.documents import file_first_turns, job_documents
 from dspark.models.training.export import (config_json, dataset_stats, describe_data, export_drafter, write_card,
                                            write_draft_vocab)
-from dspark.models.training.evaluate import greedy_acceptance
+from dspark.models.training.evaluate import decoded_tau, greedy_acceptance
 from dspark.models.training.feature_store import StoredFeatures, StoreLayout, open_store, store_directory, write_shard
 from dspark.models.training.losses import DFLASH_GREEDY_LOSS, DFLASH_LOSS, DSPARK_GREEDY_LOSS, DSPARK_LOSS
 from dspark.models.training.monitor import RunMonitor
@@ -260,13 +260,21 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         return cached_dataset(documents("held_out"), eval_cfg, target, eos_id, eval_key, job.data_cache_dir,
                               DistContext(device=dist.device))
 
-    def held_out_check(eval_set: TokenDataset):
-        return greedy_acceptance(drafter, target, eval_set, config.target_layer_ids, vocab_ids=vocab_ids)
+    stop_ids = stop_token_ids(target, tokenizer)
+
+    def held_out_check(eval_set: TokenDataset) -> dict:  # teacher-forced acceptance, and the small decoded check
+        report = greedy_acceptance(drafter, target, eval_set, config.target_layer_ids, vocab_ids=vocab_ids)
+        return {**report.to_json(), "decoded_tau": decoded_tau(drafter, target, eval_set, stop_ids,
+                                                               vocab_ids=vocab_ids)}
 
     monitor, eval_set = None, None
     if dist.is_main:
         eval_set = held_out_set() if job.eval_every else None
-        evaluate = (lambda: held_out_check(eval_set).tau) if eval_set is not None else None
+        def held_out_metrics() -> dict:  # what the monitor logs, keeping the best drafter by "tau"
+            check = held_out_check(eval_set)
+            return {"tau": check["tau"], "decoded_tau": check["decoded_tau"]}
+
+        evaluate = held_out_metrics if eval_set is not None else None
         monitor = RunMonitor(job.work_dir, evaluate, job.eval_every)
     trainer = Trainer(drafter, target, dataset, task, job.train, job.work_dir, dist, features=features,
                       monitor=monitor, fsdp=job.fsdp)
@@ -283,7 +291,7 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     kept_best = monitor.load_best(drafter)  # the export is the drafter of the best held-out tau, not the last
     if job.eval_samples and eval_set is None:
         eval_set = held_out_set()
-    held_out = held_out_check(eval_set).to_json() if eval_set is not None else None
+    held_out = held_out_check(eval_set) if eval_set is not None else None
     info = {
         "kind": config.kind, "target": portable(job.target_dir), "target_sha256": fingerprint,
         "drafter_config": config_json(config),

@@ -1,12 +1,13 @@
-"""Teacher-forced greedy acceptance: anchor selection and the index conventions of both drafter families."""
+"""Teacher-forced greedy acceptance: anchor selection and the index conventions of both drafter families; the
+small decoded check beside it."""
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from dspark.models.training.data import DataConfig, build_dataset
-from dspark.models.training.evaluate import full_block_anchors, greedy_acceptance
-from training_helpers import EOS_ID
+from dspark.models.training.evaluate import decoded_tau, full_block_anchors, greedy_acceptance
+from training_helpers import EOS_ID, make_drafter_and_task
 
 GAMMA = 3
 
@@ -70,3 +71,17 @@ def test_a_block_drafter_drafts_among_its_draft_vocabulary(peaked_target, greedy
     without_them = torch.tensor(sorted(set(range(vocab)) - greedy))
     assert greedy_acceptance(oracle, peaked_target, greedy_data, (0, 1), vocab_ids=with_them).tau == pytest.approx(4)
     assert greedy_acceptance(oracle, peaked_target, greedy_data, (0, 1), vocab_ids=without_them).tau == 1.0
+
+
+def test_the_decoded_check_drafts_among_the_vocabulary_and_leaves_the_drafter_as_it_was(peaked_target, greedy_data):
+    """Decoding the held-out prompts with a draft vocabulary that lacks every token the target says greedily there
+    accepts no draft: exactly one token per round. Afterwards the drafter is back in training mode, drafting over
+    the full vocabulary, as the training step expects."""
+    drafter, _ = make_drafter_and_task("dspark", peaked_target, gamma=GAMMA, layer_ids=(0, 1))
+    drafter.train()
+    said = set(greedy_data.input_ids[greedy_data.loss_mask].tolist())
+    without = torch.tensor(sorted(set(range(peaked_target.config.vocab_size)) - said))
+    assert decoded_tau(drafter, peaked_target, greedy_data, (EOS_ID,), max_new_tokens=8, vocab_ids=without) == 1.0
+    assert drafter.training and drafter.draft_vocab is None
+    full = decoded_tau(drafter, peaked_target, greedy_data, (EOS_ID,), max_new_tokens=8)
+    assert 1.0 < full <= GAMMA + 1, "over the full vocabulary some drafts pass, so the 1.0 above is the vocabulary's"

@@ -15,7 +15,7 @@ def scalars(work_dir, tag: str) -> list[tuple[int, float]]:
 def test_terms_and_held_out_tau_are_event_files_and_the_best_drafter_is_kept(tmp_path):
     drafter = torch.nn.Linear(2, 2)
     taus = iter([0.5, 0.9, 0.7])
-    monitor = RunMonitor(tmp_path, evaluate=lambda: next(taus), eval_every=2)
+    monitor = RunMonitor(tmp_path, evaluate=lambda: {"tau": (tau := next(taus)), "decoded_tau": tau + 1}, eval_every=2)
     monitor.start(0)
     weights_at = {}
     for step in range(1, 7):
@@ -27,9 +27,10 @@ def test_terms_and_held_out_tau_are_event_files_and_the_best_drafter_is_kept(tmp
     monitor.close()
     assert scalars(tmp_path, "train/loss") == [(s, round(1.0 / s, 4)) for s in range(1, 7)]
     assert scalars(tmp_path, "heldout/tau") == [(2, 0.5), (4, 0.9), (6, 0.7)]
-    assert monitor.best == {"step": 4, "tau": 0.9}
+    assert scalars(tmp_path, "heldout/decoded_tau") == [(2, 1.5), (4, 1.9), (6, 1.7)]
+    assert monitor.best == {"step": 4, "tau": 0.9, "decoded_tau": 1.9}, "the best by teacher-forced tau"
     assert monitor.load_best(drafter) and torch.equal(drafter.weight, weights_at[4])
-    resumed = RunMonitor(tmp_path, evaluate=lambda: 0.0, eval_every=2)
+    resumed = RunMonitor(tmp_path, evaluate=lambda: {"tau": 0.0}, eval_every=2)
     resumed.load_state_dict(monitor.state_dict())
     assert resumed.best == monitor.best and len(resumed.evaluations) == 3
 
