@@ -233,9 +233,10 @@ smollm2-draft-vocabs: setup
 			--out $(RETIRED)/smollm2-$$drafter || exit 1; \
 	done
 
-# The data-scaling curve of issue 45 (item 6): SmolLM2 DSpark drafters on 0.1M, 0.5M and 2M reply tokens regenerated
-# through SGLang, decoded acceptance by position against tokens, the tokens a 1.5x demo would need; DFlash and Eagle3
-# at 0.5M for DSpark's training time. Hours on 2 cores; every stage resumes (scripts/scaling_curve.sh says what).
+# The data-scaling curve of issue 45 (item 6): SmolLM2 DSpark drafters on nested subsets of replies regenerated
+# through SGLang (SIZES, default 14K/42K/126K reply tokens), decoded acceptance by position against tokens, the tokens
+# a 1.5x demo would need; the greedy-matched loss, DFlash and Eagle3 beside them. ~100 min on 2 cores; every stage
+# resumes (scripts/scaling_curve.sh says what).
 .PHONY: scaling-curve
 scaling-curve: setup
 	scripts/scaling_curve.sh
