@@ -11,7 +11,7 @@
 # the issue's curve: about a day here.
 # One rule for steps: EPOCHS passes over each subset at batch 4 (steps = EPOCHS * conversations / 4), so more data
 # is also more steps, as in DeepSpec's fixed-epoch recipe. Outputs: $work/<run>/ (drafters, train logs,
-# TensorBoard) and bench/results/scaling/ (each eval JSON, scaling.json, the plot).
+# TensorBoard) and bench/results/scaling/ (each eval JSON and train log, scaling.json, the plot).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cache=${DSPARK_CACHE:-$HOME/.cache/dspark}
@@ -68,6 +68,7 @@ train_and_eval() {  # train_and_eval NAME DATA STEPS EXTRA...
     shift 3
     "$dspark" train "${common[@]}" --data "$data" --steps "$steps" --eval-every $((steps / 5 > 0 ? steps / 5 : 1)) \
         --out "$work/$name" --work-dir "$work/$name-work" "$@"
+    cp "$work/$name/train_log.json" "$results/$name.train_log.json"
     [ -s "$results/$name.json" ] || "$dspark" eval --target "$target" --drafter "$work/$name" \
         --datasets "$eval_prompts/mt-bench.jsonl" --limit "$eval_limit" --max-new-tokens 96 --policy fixed \
         --drafting always --no-baseline --threads 2 --json "$results/$name.json"

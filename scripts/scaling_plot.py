@@ -1,7 +1,10 @@
 """The data-scaling curve of `make scaling-curve` (scripts/scaling_curve.sh): decoded acceptance by position of the
 DSpark drafters trained on each reply-token count, against the tokens on a log axis, and, from a straight-line fit
 of each position's acceptance against log10(tokens), the tokens at which every position reaches the acceptance the
-demo needs for 1.5x on this machine (`make demo` prints it). Writes scaling.json and scaling.png to --results."""
+demo needs for 1.5x on this machine (`make demo` prints it). A position is fitted over the sizes where it was
+measured (a position no round reached is NaN); the extrapolation is the largest of the fitted positions' tokens.
+The other runs of the recipe (the greedy-matched loss, DFlash, Eagle3, the demo's drafter) are listed beside the
+curve with their training steps and wall time. Writes scaling.json and scaling.png to --results."""
 from __future__ import annotations
 
 import argparse
@@ -12,30 +15,52 @@ from pathlib import Path
 from dspark.models.evaluation.plots import plt, save  # the committed plots' one writer
 
 
+def measured(path: Path) -> dict:
+    """tau and conditional acceptance by position of one `dspark eval --json` file of one dataset, with the
+    training run's steps and wall time when its train log was kept beside it."""
+    (result,) = json.loads(path.read_text())["datasets"].values()
+    row = {"run": path.stem, "tau": result["tau"], "acceptance": result["conditional_acceptance"]}
+    log = path.with_suffix(".train_log.json")
+    if log.exists():
+        job = json.loads(log.read_text())["job"]
+        row.update(steps=job["steps"], train_wall_s=job["wall_s"], trained_tokens=job["trained_tokens"],
+                   held_out_tau=(job["held_out"] or {}).get("tau"))
+    return row
+
+
+def fit(xs: list[float], ys: list[float], needed: float) -> dict:
+    """Least squares y = a + b·x over the finite points; the x where it reaches `needed` (None: no rising fit)."""
+    points = [(x, y) for x, y in zip(xs, ys) if math.isfinite(y)]
+    if len({x for x, _ in points}) < 2:
+        return {"points": len(points), "slope_per_decade": None, "tokens_for_needed": None}
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
+    at = None if slope <= 0 else 10 ** (mean_x + (needed - mean_y) / slope)
+    return {"points": len(points), "slope_per_decade": slope, "tokens_for_needed": at}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, required=True)
     parser.add_argument("--tokens", type=int, nargs="+", required=True)
     parser.add_argument("--needed-acceptance", type=float, required=True)
     args = parser.parse_args()
-    rows = []
-    for tokens in args.tokens:
-        (result,) = json.loads((args.results / f"dspark-{tokens}.json").read_text())["datasets"].values()
-        rows.append({"tokens": tokens, "tau": result["tau"], "acceptance": result["conditional_acceptance"]})
+    curve = [f"dspark-{tokens}" for tokens in args.tokens]
+    rows = [{"tokens": tokens, **measured(args.results / f"{run}.json")} for tokens, run in zip(args.tokens, curve)]
+    others = [measured(path) for path in sorted(args.results.glob("*.json"))
+              if path.stem not in curve and not path.name.endswith(".train_log.json") and path.stem != "scaling"]
     xs = [math.log10(r["tokens"]) for r in rows]
-    needed = []
-    for k in range(len(rows[0]["acceptance"])):
-        ys = [r["acceptance"][k] for r in rows]
-        mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
-        at = None if slope <= 0 else 10 ** (mean_x + (args.needed_acceptance - mean_y) / slope)
-        needed.append({"position": k + 1, "slope_per_decade": slope, "tokens_for_needed": at})
-    known = [n["tokens_for_needed"] for n in needed if n["tokens_for_needed"] is not None]
-    summary = {"rows": rows, "needed_acceptance": args.needed_acceptance, "fit": needed,
-               "tokens_for_1_5x": max(known) if len(known) == len(needed) else None}
+    positions = len(rows[0]["acceptance"])
+    fits = [{"position": k + 1, **fit(xs, [r["acceptance"][k] for r in rows], args.needed_acceptance)}
+            for k in range(positions)]
+    fitted = [f["tokens_for_needed"] for f in fits if f["tokens_for_needed"] is not None]
+    summary = {"rows": rows, "others": others, "needed_acceptance": args.needed_acceptance, "fit": fits,
+               "tokens_for_1_5x": max(fitted) if fitted else None,
+               "positions_fitted": [f["position"] for f in fits if f["tokens_for_needed"] is not None]}
     (args.results / "scaling.json").write_text(json.dumps(summary, indent=1) + "\n")
     figure, axis = plt.subplots(figsize=(6, 4))
-    for k in range(len(rows[0]["acceptance"])):
+    for k in range(positions):
         axis.plot([r["tokens"] for r in rows], [r["acceptance"][k] for r in rows], marker="o", label=f"position {k + 1}")
     axis.axhline(args.needed_acceptance, color="grey", linestyle="--", label="needed for 1.5x")
     axis.set(xscale="log", xlabel="reply tokens trained on", ylabel="acceptance (decoded, mt-bench)")

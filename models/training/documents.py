@@ -9,6 +9,7 @@ import torch
 
 from dspark.models.embedded_target.corpus import Corpus, is_held_out
 from dspark.models.errors import ConfigError
+from dspark.models.portable_paths import portable
 from dspark.models.prompts import read_turns
 from dspark.models.training.chat_prompts import generate_chat_prompts
 from dspark.models.training.regenerate import read_regenerated
@@ -55,7 +56,7 @@ def job_documents(job: "TrainJob", tokenizer, corpus: Corpus):
         texts = file_first_turns(read_regenerated(job.data_file))
         key = {"data_file_sha256": hashlib.sha256(job.data_file.read_bytes()).hexdigest()}
         return ((lambda split: chat_documents(texts, tokenizer, corpus.held_out_percent, split)),
-                f"regenerated conversations of {job.data_file}", key)
+                f"regenerated conversations of {portable(job.data_file)}", key)
     if job.data.source != "chat":
         return (lambda split: corpus_documents(corpus, tokenizer, split)), "", {}
     texts, prompts_source = chat_prompt_texts(job, corpus)
