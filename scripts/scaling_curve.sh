@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # `make scaling-curve` (issue 45, item 6): SmolLM2 DSpark drafters trained on nested subsets of the target's own
-# replies (SIZES reply tokens), through the new pipeline, each evaluated decoded on held-out chat prompts; at the
-# smallest size also the greedy-matched loss (--loss greedy) on the same data, and at the middle size DFlash and
-# Eagle3 for the same training wall time as DSpark's. Every step resumes (regenerate skips written conversations,
-# dspark train --resume, the feature store finishes its shards), so run it in the background and run it again
-# after an interruption.
+# replies (SIZES reply tokens), through the new pipeline, each evaluated decoded on held-out chat prompts; at one
+# size (COMPARE_AT) also the greedy-matched loss (--loss greedy) on the same data, and DFlash and Eagle3 for the
+# same training wall time as DSpark's; the demo's drafter on the same prompts. Every step resumes (regenerate
+# skips written conversations, dspark train --resume, the feature store finishes its shards, finished runs and
+# evaluations are skipped), so run it in the background and run it again after an interruption.
 #
 # The defaults are the run committed under bench/results/scaling/ (about 100 minutes on 2 cores: 1600 self-chat
 # prompts, ~140K reply tokens, at most 126K of them trained on). SIZES="100000 500000 2000000" PROMPTS=25000 is
@@ -30,8 +30,9 @@ mkdir -p "$work" "$results"
 # 1. Prompts in the target's own voice (dspark self-chat), then its replies through SGLang's Engine (CPU recipe).
 [ -s "$work/prompts.jsonl" ] || "$dspark" self-chat --target "$target" --count "$prompts" --max-tokens 64 --seed 0 \
     --threads 2 --out "$work/prompts.jsonl"
-"$dspark" regenerate --input "$work/prompts.jsonl" --out "$work/replies.jsonl" --target "$target" --device cpu \
-    --max-new-tokens 96 --concurrency 32
+[ -s "$work/replies.jsonl" ] && [ "$(wc -l < "$work/replies.jsonl")" -ge "$(wc -l < "$work/prompts.jsonl")" ] ||
+    "$dspark" regenerate --input "$work/prompts.jsonl" --out "$work/replies.jsonl" --target "$target" --device cpu \
+        --max-new-tokens 96 --concurrency 32
 
 # 2. Nested subsets: the first training conversations (in input order) whose replies reach each token count, plus
 # every held-out conversation of the whole file. dspark train splits by a hash of the first user turn, so those
@@ -66,8 +67,8 @@ common=(--target "$target" --prompt-len 256 --response-len 96 --block-size 6 --t
 train_and_eval() {  # train_and_eval NAME DATA STEPS EXTRA...
     local name=$1 data=$2 steps=$3
     shift 3
-    "$dspark" train "${common[@]}" --data "$data" --steps "$steps" --eval-every $((steps / 5 > 0 ? steps / 5 : 1)) \
-        --out "$work/$name" --work-dir "$work/$name-work" "$@"
+    [ -s "$work/$name/train_log.json" ] || "$dspark" train "${common[@]}" --data "$data" --steps "$steps" \
+        --eval-every $((steps / 5 > 0 ? steps / 5 : 1)) --out "$work/$name" --work-dir "$work/$name-work" "$@"
     cp "$work/$name/train_log.json" "$results/$name.train_log.json"
     [ -s "$results/$name.json" ] || "$dspark" eval --target "$target" --drafter "$work/$name" \
         --datasets "$eval_prompts/mt-bench.jsonl" --limit "$eval_limit" --max-new-tokens 96 --policy fixed \
@@ -80,22 +81,26 @@ for tokens in "${sizes[@]}"; do
     train_and_eval "dspark-$tokens" "$work/replies-$tokens.jsonl" "$(steps_for "$n")" --drafter dspark
 done
 
-# 3. The greedy-matched loss at the smallest size, on the same replies and steps.
-small=${sizes[0]}
-n=$(subset "$work/replies.jsonl" "$small" "$work/replies-$small.jsonl")
-train_and_eval "dspark-greedy-loss-$small" "$work/replies-$small.jsonl" "$(steps_for "$n")" --drafter dspark \
+# 3. At COMPARE_AT reply tokens (default the smallest size: the comparisons fit a session on 2 cores), the
+# greedy-matched loss (--loss greedy) on the same replies and steps, and DFlash and Eagle3 for DSpark's training
+# wall time there (equal compute, not equal steps). Their schedules span 10x DSpark's steps so that --minutes
+# ends them: equal time, their learning rate not yet decayed.
+compare=${COMPARE_AT:-${sizes[0]}}
+n=$(subset "$work/replies.jsonl" "$compare" "$work/replies-$compare.jsonl")
+train_and_eval "dspark-greedy-loss-$compare" "$work/replies-$compare.jsonl" "$(steps_for "$n")" --drafter dspark \
     --loss greedy
-
-# 4. At the middle size, DFlash and Eagle3 for DSpark's training wall time (equal compute, not equal steps). Their
-# schedules span 10x DSpark's steps so that --minutes ends them: equal time, their learning rate not yet decayed.
-middle=${sizes[1]}
 minutes=$("$python" -c "import json,sys; print(json.load(open(sys.argv[1]))['wall_s'] / 60)" \
-    "$work/dspark-$middle/train_log.json")
-n=$(subset "$work/replies.jsonl" "$middle" "$work/replies-$middle.jsonl")
-train_and_eval "dflash-$middle" "$work/replies-$middle.jsonl" "$(( $(steps_for "$n") * 10 ))" --drafter dflash \
+    "$work/dspark-$compare/train_log.json")
+train_and_eval "dflash-$compare" "$work/replies-$compare.jsonl" "$(( $(steps_for "$n") * 10 ))" --drafter dflash \
     --num-layers 2 --minutes "$minutes"
-train_and_eval "eagle3-$middle" "$work/replies-$middle.jsonl" "$(( $(steps_for "$n") * 10 ))" --drafter eagle3 \
+train_and_eval "eagle3-$compare" "$work/replies-$compare.jsonl" "$(( $(steps_for "$n") * 10 ))" --drafter eagle3 \
     --num-layers 1 --minutes "$minutes"
+
+# 4. The demo's drafter on the same prompts, for scale.
+[ -s "$results/demo-drafter.json" ] || "$dspark" eval --target "$target" \
+    --drafter "$repo/embedded/smollm2-dspark-chat-vocab" --datasets "$eval_prompts/mt-bench.jsonl" \
+    --limit "$eval_limit" --max-new-tokens 96 --policy fixed \
+    --drafting always --no-baseline --threads 2 --json "$results/demo-drafter.json"
 
 # 5. The curve: acceptance by position against reply tokens (log x) and the tokens a 1.5x demo would need, by a
 # straight-line fit of each position's acceptance against log10(tokens) (Scylla's log-linear growth).
