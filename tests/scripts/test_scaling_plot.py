@@ -1,0 +1,41 @@
+"""scripts/scaling_plot.py, the scaling curve's fit: each position's acceptance against log10(tokens) over the sizes
+where it was measured, the tokens where it reaches the needed acceptance, and the other runs listed beside."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from tests.paths import REPO
+
+
+def write_eval(directory, name, acceptance, tau=1.5):
+    (directory / f"{name}.json").write_text(json.dumps(
+        {"datasets": {"mt-bench": {"tau": tau, "conditional_acceptance": acceptance}}}))
+
+
+def test_each_position_is_fitted_over_its_measured_sizes_and_the_largest_need_is_reported(tmp_path):
+    nan = float("nan")
+    # position 1 rises 0.1 per decade: 0.2 at 1e4 tokens, so 0.54 at 10^(4 + 3.4); position 2 rises 0.2 per decade
+    # from 0.3 at 1e5 (unmeasured at 1e4): 0.54 at 10^(5 + 1.2); position 3 never rises
+    write_eval(tmp_path, "dspark-10000", [0.2, nan, 0.1])
+    write_eval(tmp_path, "dspark-100000", [0.3, 0.3, 0.1])
+    write_eval(tmp_path, "dspark-1000000", [0.4, 0.5, 0.05])
+    write_eval(tmp_path, "eagle3-10000", [0.25, 0.1, 0.0])
+    (tmp_path / "eagle3-10000.train_log.json").write_text(json.dumps(
+        {"job": {"steps": 7, "wall_s": 60.0, "trained_tokens": 10001, "held_out": {"tau": 1.2}}}))
+    subprocess.run([sys.executable, str(REPO / "scripts" / "scaling_plot.py"), "--results", str(tmp_path),
+                    "--tokens", "10000", "100000", "1000000", "--needed-acceptance", "0.54"],
+                   check=True, capture_output=True)
+    summary = json.loads((tmp_path / "scaling.json").read_text())
+    first, second, third = summary["fit"]
+    assert first["slope_per_decade"] == pytest.approx(0.1) and first["points"] == 3
+    assert math.log10(first["tokens_for_needed"]) == pytest.approx(7.4)
+    assert second["points"] == 2 and math.log10(second["tokens_for_needed"]) == pytest.approx(6.2)
+    assert third["tokens_for_needed"] is None, "a position that does not rise never gets there"
+    assert summary["tokens_for_1_5x"] == pytest.approx(first["tokens_for_needed"])
+    assert summary["positions_fitted"] == [1, 2]
+    (other,) = summary["others"]
+    assert other["run"] == "eagle3-10000" and other["steps"] == 7 and other["held_out_tau"] == 1.2
+    assert (tmp_path / "scaling.png").stat().st_size > 0
