@@ -6,7 +6,7 @@
 # skips written conversations, dspark train --resume, the feature store finishes its shards, finished runs and
 # evaluations are skipped), so run it in the background and run it again after an interruption.
 #
-# The defaults are the run committed under bench/results/scaling/ (about 100 minutes on 2 cores: 1600 self-chat
+# The defaults are the run committed under bench/results/scaling/ (about 2.5 hours on 2 cores: 1600 self-chat
 # prompts, ~140K reply tokens, at most 126K of them trained on). SIZES="100000 500000 2000000" PROMPTS=25000 is
 # the curve: about a day here.
 # One rule for steps: EPOCHS passes over each subset at batch 4 (steps = EPOCHS * conversations / 4), so more data
