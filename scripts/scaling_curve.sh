@@ -60,9 +60,10 @@ PY
 }
 
 common=(--target "$target" --prompt-len 256 --response-len 96 --block-size 6 --target-layer-ids 2 15 27
-        --mask-token-id 0 --init-from-target --loss-over-draft-vocab --n-anchors 48 --batch-size 4 --lr 1e-3
+        --mask-token-id 0 --init-from-target --n-anchors 48 --batch-size 4 --lr 1e-3
         --feature-cache "$cache/train-features" --eval-samples 32 --checkpoint-every 50 --log-every 10 --slim
         --threads 2 --resume)
+block=(--loss-over-draft-vocab)  # the block drafters' loss over their draft vocabulary; Eagle3's TTT loss has none
 
 train_and_eval() {  # train_and_eval NAME DATA STEPS EXTRA...
     local name=$1 data=$2 steps=$3
@@ -78,7 +79,7 @@ steps_for() { echo $(( $1 * epochs / 4 > 0 ? $1 * epochs / 4 : 1 )); }  # steps_
 
 for tokens in "${sizes[@]}"; do
     n=$(subset "$work/replies.jsonl" "$tokens" "$work/replies-$tokens.jsonl")
-    train_and_eval "dspark-$tokens" "$work/replies-$tokens.jsonl" "$(steps_for "$n")" --drafter dspark
+    train_and_eval "dspark-$tokens" "$work/replies-$tokens.jsonl" "$(steps_for "$n")" --drafter dspark "${block[@]}"
 done
 
 # 3. At COMPARE_AT reply tokens (default the smallest size: the comparisons fit a session on 2 cores), the
@@ -88,11 +89,11 @@ done
 compare=${COMPARE_AT:-${sizes[0]}}
 n=$(subset "$work/replies.jsonl" "$compare" "$work/replies-$compare.jsonl")
 train_and_eval "dspark-greedy-loss-$compare" "$work/replies-$compare.jsonl" "$(steps_for "$n")" --drafter dspark \
-    --loss greedy
+    "${block[@]}" --loss greedy
 minutes=$("$python" -c "import json,sys; print(json.load(open(sys.argv[1]))['wall_s'] / 60)" \
     "$work/dspark-$compare/train_log.json")
 train_and_eval "dflash-$compare" "$work/replies-$compare.jsonl" "$(( $(steps_for "$n") * 10 ))" --drafter dflash \
-    --num-layers 2 --minutes "$minutes"
+    "${block[@]}" --num-layers 2 --minutes "$minutes"
 train_and_eval "eagle3-$compare" "$work/replies-$compare.jsonl" "$(( $(steps_for "$n") * 10 ))" --drafter eagle3 \
     --num-layers 1 --minutes "$minutes"
 
