@@ -65,15 +65,17 @@ common=(--target "$target" --prompt-len 256 --response-len 96 --block-size 6 --t
         --threads 2 --resume)
 block=(--loss-over-draft-vocab)  # the block drafters' loss over their draft vocabulary; Eagle3's TTT loss has none
 
+# Greedy decoding, as `make demo` decodes (and so the acceptance it needs is comparable), every draft verified.
+eval_args=(--target "$target" --datasets "$eval_prompts/mt-bench.jsonl" --limit "$eval_limit" --max-new-tokens 96
+           --temperature 0 --policy fixed --drafting always --no-baseline --threads 2)
+
 train_and_eval() {  # train_and_eval NAME DATA STEPS EXTRA...
     local name=$1 data=$2 steps=$3
     shift 3
     [ -s "$work/$name/train_log.json" ] || "$dspark" train "${common[@]}" --data "$data" --steps "$steps" \
         --eval-every $((steps / 5 > 0 ? steps / 5 : 1)) --out "$work/$name" --work-dir "$work/$name-work" "$@"
     cp "$work/$name/train_log.json" "$results/$name.train_log.json"
-    [ -s "$results/$name.json" ] || "$dspark" eval --target "$target" --drafter "$work/$name" \
-        --datasets "$eval_prompts/mt-bench.jsonl" --limit "$eval_limit" --max-new-tokens 96 --policy fixed \
-        --drafting always --no-baseline --threads 2 --json "$results/$name.json"
+    [ -s "$results/$name.json" ] || "$dspark" eval --drafter "$work/$name" "${eval_args[@]}" --json "$results/$name.json"
 }
 steps_for() { echo $(( $1 * epochs / 4 > 0 ? $1 * epochs / 4 : 1 )); }  # steps_for CONVERSATIONS
 
@@ -98,10 +100,8 @@ train_and_eval "eagle3-$compare" "$work/replies-$compare.jsonl" "$(( $(steps_for
     --num-layers 1 --minutes "$minutes"
 
 # 4. The demo's drafter on the same prompts, for scale.
-[ -s "$results/demo-drafter.json" ] || "$dspark" eval --target "$target" \
-    --drafter "$repo/embedded/smollm2-dspark-chat-vocab" --datasets "$eval_prompts/mt-bench.jsonl" \
-    --limit "$eval_limit" --max-new-tokens 96 --policy fixed \
-    --drafting always --no-baseline --threads 2 --json "$results/demo-drafter.json"
+[ -s "$results/demo-drafter.json" ] || "$dspark" eval --drafter "$repo/embedded/smollm2-dspark-chat-vocab" \
+    "${eval_args[@]}" --json "$results/demo-drafter.json"
 
 # 5. The curve: acceptance by position against reply tokens (log x) and the tokens a 1.5x demo would need, by a
 # straight-line fit of each position's acceptance against log10(tokens) (Scylla's log-linear growth).

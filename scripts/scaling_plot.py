@@ -2,7 +2,9 @@
 DSpark drafters trained on each reply-token count, against the tokens on a log axis, and, from a straight-line fit
 of each position's acceptance against log10(tokens), the tokens at which every position reaches the acceptance the
 demo needs for 1.5x on this machine (`make demo` prints it). A position is fitted over the sizes where it was
-measured (a position no round reached is NaN); the extrapolation is the largest of the fitted positions' tokens.
+measured (a position no round reached is NaN), each size weighted by the rounds that reached the position (an
+acceptance rate's variance falls as 1/rounds: a deep position seen in 2 rounds says little); the extrapolation is
+the largest of the fitted positions' tokens.
 The other runs of the recipe (the greedy-matched loss, DFlash, Eagle3, the demo's drafter) are listed beside the
 curve with their training steps and wall time. Writes scaling.json and scaling.png to --results."""
 from __future__ import annotations
@@ -19,7 +21,8 @@ def measured(path: Path) -> dict:
     """tau and conditional acceptance by position of one `dspark eval --json` file of one dataset, with the
     training run's steps and wall time when its train log was kept beside it."""
     (result,) = json.loads(path.read_text())["datasets"].values()
-    row = {"run": path.stem, "tau": result["tau"], "acceptance": result["conditional_acceptance"]}
+    row = {"run": path.stem, "tau": result["tau"], "acceptance": result["conditional_acceptance"],
+           "reached": result["reached_by_position"]}
     log = path.with_suffix(".train_log.json")
     if log.exists():
         job = json.loads(log.read_text())["job"]
@@ -28,14 +31,17 @@ def measured(path: Path) -> dict:
     return row
 
 
-def fit(xs: list[float], ys: list[float], needed: float) -> dict:
-    """Least squares y = a + b·x over the finite points; the x where it reaches `needed` (None: no rising fit)."""
-    points = [(x, y) for x, y in zip(xs, ys) if math.isfinite(y)]
-    if len({x for x, _ in points}) < 2:
+def fit(xs: list[float], ys: list[float], weights: list[int], needed: float) -> dict:
+    """Weighted least squares y = a + b·x over the finite points; the x where it reaches `needed` (None: no rising
+    fit)."""
+    points = [(x, y, w) for x, y, w in zip(xs, ys, weights) if math.isfinite(y) and w > 0]
+    if len({x for x, _, _ in points}) < 2:
         return {"points": len(points), "slope_per_decade": None, "tokens_for_needed": None}
-    mean_x = sum(x for x, _ in points) / len(points)
-    mean_y = sum(y for _, y in points) / len(points)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
+    total = sum(w for *_, w in points)
+    mean_x = sum(w * x for x, _, w in points) / total
+    mean_y = sum(w * y for _, y, w in points) / total
+    slope = (sum(w * (x - mean_x) * (y - mean_y) for x, y, w in points)
+             / sum(w * (x - mean_x) ** 2 for x, _, w in points))
     at = None if slope <= 0 else 10 ** (mean_x + (needed - mean_y) / slope)
     return {"points": len(points), "slope_per_decade": slope, "tokens_for_needed": at}
 
@@ -52,7 +58,8 @@ def main() -> None:
               if path.stem not in curve and not path.name.endswith(".train_log.json") and path.stem != "scaling"]
     xs = [math.log10(r["tokens"]) for r in rows]
     positions = len(rows[0]["acceptance"])
-    fits = [{"position": k + 1, **fit(xs, [r["acceptance"][k] for r in rows], args.needed_acceptance)}
+    fits = [{"position": k + 1, **fit(xs, [r["acceptance"][k] for r in rows], [r["reached"][k] for r in rows],
+                                      args.needed_acceptance)}
             for k in range(positions)]
     fitted = [f["tokens_for_needed"] for f in fits if f["tokens_for_needed"] is not None]
     summary = {"rows": rows, "others": others, "needed_acceptance": args.needed_acceptance, "fit": fits,
