@@ -17,7 +17,7 @@ test: setup k8s-tools
 # (identical greedy answers; prints the text, tau, the speedup and the acceptance this machine's costs need; plots
 # and JSON under out/demo).
 demo: setup
-	$(DSPARK) demo --target $(SMOLLM2) --drafter embedded/smollm2-dspark-chat-vocab --out out/demo
+	$(DSPARK) demo --target $(SMOLLM2) --drafter embedded/smollm2-dspark-regen --out out/demo
 
 # Serve the embedded default through SGLang (DSpark + dspark's plugin; on CPU the CPU recipe) on port 30000.
 serve: setup
@@ -63,7 +63,7 @@ bench-sched: setup
 # About 70 minutes on two idle cores (the SPS profile up to 224 tokens, then 3 repeats of 24 runs: no-spec and 7
 # policies at concurrency 1, 8 and 32; 64 requests at 32).
 bench-sched-smollm2: setup
-	$(DSPARK) bench-sched --target $(SMOLLM2) --drafter embedded/smollm2-dspark-chat-vocab \
+	$(DSPARK) bench-sched --target $(SMOLLM2) --drafter embedded/smollm2-dspark-regen \
 		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 8 --concurrency 1 8 32 \
 		--simulate-to 1024 --max-new-tokens 48 --threads $(BENCH_SCHED_THREADS) --out bench/results/sched-smollm2
 BENCH_SCHED_THREADS ?= 2
@@ -89,7 +89,7 @@ bench-serve: setup
 	$(DSPARK) bench-serve --target embedded/target --drafter embedded/dspark \
 		--prompts-file $(EVAL_PROMPTS)/humaneval.jsonl --limit 8 --max-new-tokens 32 --concurrency 1 8 \
 		--policies causal fixed mtp1 --drafting always auto --out bench/results/serve-embedded
-	$(DSPARK) bench-serve --target $(SMOLLM2) --drafter embedded/smollm2-dspark-chat-vocab \
+	$(DSPARK) bench-serve --target $(SMOLLM2) --drafter embedded/smollm2-dspark-regen \
 		--prompts-file $(EVAL_PROMPTS)/mt-bench.jsonl --limit 8 --max-new-tokens 32 --concurrency 1 8 \
 		--policies causal fixed mtp1 --drafting always auto --out bench/results/serve-smollm2
 
@@ -138,7 +138,7 @@ drafters: setup
 		--out embedded/eagle3 --work-dir $(DSPARK_CACHE)/train-work/eagle3
 
 # Drafters for SmolLM2-135M-Instruct (provided by `make setup` under $(DSPARK_CACHE)/targets). Only the demo's
-# (embedded/smollm2-dspark-chat-vocab) is committed; the others are retired from the tree (their cards and logs:
+# (embedded/smollm2-dspark-regen, the last recipe below) is committed; the others are retired from the tree (their cards and logs:
 # bench/results/retired-drafters/) and these recipes build them slim (no copies of the target's embedding /
 # lm_head) into $(RETIRED), where `make bench` and bench-cpu-linears read them. Same data for all
 # three (the target's own replies to 960 built-in chat prompts, generated once by the first command and cached,
@@ -200,7 +200,7 @@ smollm2-chat-drafter: setup $(SMOLLM2_SELF_CHAT)
 smollm2-chat-vocab-drafter: setup $(SMOLLM2_SELF_CHAT)
 	$(DSPARK) train $(SMOLLM2_CHAT) $(SMOLLM2_DSPARK) --steps 2000 --loss-over-draft-vocab \
 		--init-from-drafter $(RETIRED)/smollm2-dspark-chat \
-		--out embedded/smollm2-dspark-chat-vocab --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-chat-vocab
+		--out $(RETIRED)/smollm2-dspark-chat-vocab --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-chat-vocab
 
 # That drafter trained 1500 steps further on fresh replies: --data-seed 43 draws 1600 of the self-chat turns anew
 # (most of them the same turns, none held out) and samples every reply anew, so the drafter sees new replies rather
@@ -208,7 +208,7 @@ smollm2-chat-vocab-drafter: setup $(SMOLLM2_SELF_CHAT)
 .PHONY: smollm2-chat-more-drafter
 smollm2-chat-more-drafter: setup $(SMOLLM2_SELF_CHAT)
 	$(DSPARK) train $(SMOLLM2_CHAT) $(SMOLLM2_DSPARK) --steps 1500 --loss-over-draft-vocab --data-seed 43 \
-		--init-from-drafter embedded/smollm2-dspark-chat-vocab \
+		--init-from-drafter $(RETIRED)/smollm2-dspark-chat-vocab \
 		--out $(RETIRED)/smollm2-dspark-chat-more --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-chat-more
 
 # That drafter trained 1000 steps further on the target's greedy replies (--temperature 0), 96 tokens long instead of
@@ -240,6 +240,22 @@ smollm2-draft-vocabs: setup
 .PHONY: scaling-curve
 scaling-curve: setup
 	scripts/scaling_curve.sh
+
+# The demo's drafter (embedded/smollm2-dspark-regen, issue 45 item 7): the chat-vocab drafter trained 2 epochs (760
+# steps at batch 4) further through the new pipeline, on the 1,515 training conversations `make scaling-curve`
+# regenerated through SGLang (its first stage writes the file; 137,919 reply tokens), from the sharded feature store,
+# its loss over those replies' draft vocabulary; the held-out check every 152 steps keeps the best (step 608).
+# Features 7 min and training 19 min on the 2 cores.
+SCALING_REPLIES := $(DSPARK_CACHE)/scaling/replies.jsonl
+.PHONY: smollm2-regen-drafter
+smollm2-regen-drafter: setup
+	@test -s $(SCALING_REPLIES) || { echo "$(SCALING_REPLIES) is missing: make scaling-curve regenerates it"; exit 1; }
+	$(DSPARK) train --target $(SMOLLM2) --data $(SCALING_REPLIES) $(SMOLLM2_DSPARK) --block-size 6 \
+		--target-layer-ids 2 15 27 --mask-token-id 0 --init-from-drafter $(RETIRED)/smollm2-dspark-chat-vocab \
+		--loss-over-draft-vocab --prompt-len 256 --response-len 96 --n-anchors 48 --batch-size 4 --lr 5e-4 \
+		--steps 760 --eval-every 152 --eval-samples 32 --feature-cache $(DSPARK_CACHE)/train-features \
+		--checkpoint-every 50 --log-every 10 --slim --save-dtype bfloat16 --threads 2 --resume \
+		--out embedded/smollm2-dspark-regen --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-regen
 
 # Kubernetes (docs/deploy.md). The toolchain lives in $(DSPARK_CACHE)/k8s/bin: helm, kubectl and,
 # for the tests, kube-apiserver/-controller-manager/-scheduler built from Debian's kubernetes source package.

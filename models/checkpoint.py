@@ -29,8 +29,9 @@ Compact checkpoints (`save_drafter(..., draft_vocab=token_ids)`) are for a draft
 only the rows of those tokens (SmolLM2: 8,192 of 49,152 rows, 10 of the drafter's 29 MB). It never drafts the other
 tokens, so their W2 rows are never read or trained; their W1 rows are read only for the first draft after an anchor
 outside the vocabulary, which then gets no Markov bias (`load_drafter` scatters the rows back with zeros elsewhere).
-On the demo's answers that left acceptance unchanged at every position (embedded/smollm2-dspark-chat-vocab/README.md). SGLang reads weights by
-shape, so `sglang_checkpoint` writes the full-row copy it serves.
+On the demo's answers that left acceptance unchanged at every position
+(bench/results/retired-drafters/smollm2-dspark-chat-vocab/README.md). SGLang reads weights by shape, so
+`sglang_checkpoint` writes the full-row copy it serves.
 
 `load_drafter(path, target_config, target_model=None)` refuses, with a CheckpointError naming each mismatch, a
 checkpoint that is malformed or does not fit the target: hidden size, vocab size, target layer count and ids (out

@@ -1,6 +1,6 @@
 """`dspark demo`: answer a few chat prompts with DSpark on CPU and show the speedup over the target alone.
 
-    dspark demo --target ~/.cache/dspark/targets/smollm2-135m-instruct --drafter embedded/smollm2-dspark-chat-vocab
+    dspark demo --target ~/.cache/dspark/targets/smollm2-135m-instruct --drafter embedded/smollm2-dspark-regen
 
 Each prompt is answered twice, greedily: by the target alone and with speculative decoding, whose verification
 lengths come from the causal allocator (paper Algorithm 1) on this machine's SPS curve, profiled at start

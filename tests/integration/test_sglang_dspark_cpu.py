@@ -235,7 +235,7 @@ def test_sampled_requests_complete(server):
 
 
 def test_a_drafter_for_another_target_stops_the_launch_before_serving(tmp_path):
-    extra = cpu_server_args() + dspark_args(EMBEDDED / "smollm2-dspark-chat-vocab", cpu=True)
+    extra = cpu_server_args() + dspark_args(EMBEDDED / "smollm2-dspark-regen", cpu=True)
     server = SGLangServer(EMBEDDED_TARGET, extra_args=extra, env=dspark_env({"policy": "fixed"}),
                           log_path=tmp_path / "server.log")
     with pytest.raises(RuntimeError, match="exited with code") as failure:

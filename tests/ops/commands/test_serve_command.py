@@ -53,7 +53,7 @@ def test_a_given_sps_table_reaches_sglang_and_the_state(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("args, problem", [
-    (["--drafter", str(EMBEDDED / "smollm2-dspark-chat-vocab")], "does not fit the target: hidden_size is 576"),
+    (["--drafter", str(EMBEDDED / "smollm2-dspark-regen")], "does not fit the target: hidden_size is 576"),
     (["--drafter", str(EMBEDDED / "dspark"), "--policy", "threshold", "--threshold", "2"], "threshold must be in [0, 1]"),
     (["--drafter", str(EMBEDDED / "dspark"), "--max-verify-length", "9"], "max_verify_length must be in"),
     (["--drafter", str(EMBEDDED / "dspark"), "--budget-fraction", "0"], "budget_fraction must be in (0, 1]"),
