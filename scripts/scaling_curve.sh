@@ -100,7 +100,7 @@ train_and_eval "eagle3-$compare" "$work/replies-$compare.jsonl" "$(( $(steps_for
     --num-layers 1 --minutes "$minutes"
 
 # 4. The demo's drafter on the same prompts, for scale.
-[ -s "$results/demo-drafter.json" ] || "$dspark" eval --drafter "$repo/embedded/smollm2-dspark-chat-vocab" \
+[ -s "$results/demo-drafter.json" ] || "$dspark" eval --drafter "$repo/embedded/smollm2-dspark-regen" \
     "${eval_args[@]}" --json "$results/demo-drafter.json"
 
 # 5. The curve: acceptance by position against reply tokens (log x) and the tokens a 1.5x demo would need, by a
