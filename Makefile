@@ -138,9 +138,9 @@ drafters: setup
 		--out embedded/eagle3 --work-dir $(DSPARK_CACHE)/train-work/eagle3
 
 # Drafters for SmolLM2-135M-Instruct (provided by `make setup` under $(DSPARK_CACHE)/targets). Only the demo's
-# (embedded/smollm2-dspark-regen, the last recipe below) is committed; the others are retired from the tree (their cards and logs:
-# bench/results/retired-drafters/) and these recipes build them slim (no copies of the target's embedding /
-# lm_head) into $(RETIRED), where `make bench` and bench-cpu-linears read them. Same data for all
+# (embedded/smollm2-dspark-regen, the last recipe below) is committed; the others are retired from the tree (their
+# cards and logs: bench/results/retired-drafters/) and these recipes build them slim (no copies of the target's
+# embedding / lm_head) into $(RETIRED), where `make bench` and bench-cpu-linears read them. Same data for all
 # three (the target's own replies to 960 built-in chat prompts, generated once by the first command and cached,
 # with the target's outputs on them cached beside it) and the same budget (1000 optimizer steps of 4 sequences,
 # 16 anchor blocks each). Why these levers, with their measured s/step: bench/results/retired-drafters/smollm2-dspark/README.md. On the
@@ -245,7 +245,7 @@ scaling-curve: setup
 # steps at batch 4) further through the new pipeline, on the 1,515 training conversations `make scaling-curve`
 # regenerated through SGLang (its first stage writes the file; 137,919 reply tokens), from the sharded feature store,
 # its loss over those replies' draft vocabulary; the held-out check every 152 steps keeps the best (step 608).
-# Features 7 min and training 19 min on the 2 cores.
+# Features 6.5 min and training 19 min on the 2 cores.
 SCALING_REPLIES := $(DSPARK_CACHE)/scaling/replies.jsonl
 .PHONY: smollm2-regen-drafter
 smollm2-regen-drafter: setup
