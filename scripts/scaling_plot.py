@@ -61,10 +61,10 @@ def main() -> None:
     fits = [{"position": k + 1, **fit(xs, [r["acceptance"][k] for r in rows], [r["reached"][k] for r in rows],
                                       args.needed_acceptance)}
             for k in range(positions)]
-    fitted = [f["tokens_for_needed"] for f in fits if f["tokens_for_needed"] is not None]
+    fitted = [f for f in fits if f["tokens_for_needed"] is not None]
     summary = {"rows": rows, "others": others, "needed_acceptance": args.needed_acceptance, "fit": fits,
-               "tokens_for_1_5x": max(fitted) if fitted else None,
-               "positions_fitted": [f["position"] for f in fits if f["tokens_for_needed"] is not None]}
+               "tokens_for_1_5x": max((f["tokens_for_needed"] for f in fitted), default=None),
+               "positions_fitted": [f["position"] for f in fitted]}
     (args.results / "scaling.json").write_text(json.dumps(summary, indent=1) + "\n")
     figure, axis = plt.subplots(figsize=(6, 4))
     for k in range(positions):

@@ -120,7 +120,7 @@ def test_sglang_killed_under_load_is_started_again_with_the_live_settings_until_
 
 def under_load(server: DsparkServe, disrupt, retried: tuple[int, ...]) -> list[tuple[str, list[int], list[str], float]]:
     """Run `disrupt()` while CLIENTS clients send requests back to back, so that some are always in flight;
-    keep the load on until a request sent after `disrupt()` returned is answered. Each answer as
+    keep the load on until a request is answered after `disrupt()` returned. Each answer as
     (prompt, token ids, why earlier tries failed, when it was answered); a lost request raises."""
     stop, results = threading.Event(), []
 
