@@ -235,7 +235,7 @@ smollm2-draft-vocabs: setup
 
 # The data-scaling curve of issue 45 (item 6): SmolLM2 DSpark drafters on nested subsets of replies regenerated
 # through SGLang (SIZES, default 14K/42K/126K reply tokens), decoded acceptance by position against tokens, the tokens
-# a 1.5x demo would need; the greedy-matched loss, DFlash and Eagle3 beside them. ~2.5 h on 2 cores; every stage
+# a 1.5x demo would need; the greedy-matched loss, DFlash and Eagle3 beside them. ~3.5 h on 2 cores; every stage
 # resumes (scripts/scaling_curve.sh says what).
 .PHONY: scaling-curve
 scaling-curve: setup

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # `make scaling-curve` (issue 45, item 6): SmolLM2 DSpark drafters trained on nested subsets of the target's own
 # replies (SIZES reply tokens), through the new pipeline, each evaluated decoded on held-out chat prompts; at one
-# size (COMPARE_AT) also the greedy-matched loss (--loss greedy) on the same data, and DFlash and Eagle3 for the
-# same training wall time as DSpark's; the demo's drafter on the same prompts. Every step resumes (regenerate
+# size (GREEDY_LOSS_AT) also the greedy-matched loss (--loss greedy) on the same data; at the COMPARE_AT sizes,
+# DFlash and Eagle3 for the same training wall time as DSpark's; the demo's drafter on the same prompts. Every step resumes (regenerate
 # skips written conversations, dspark train --resume, the feature store finishes its shards, finished runs and
 # evaluations are skipped), so run it in the background and run it again after an interruption.
 #
-# The defaults are the run committed under bench/results/scaling/ (about 2.5 hours on 2 cores: 1600 self-chat
+# The defaults are the run committed under bench/results/scaling/ (about 3.5 hours on 2 cores: 1600 self-chat
 # prompts, ~140K reply tokens, at most 126K of them trained on). SIZES="100000 500000 2000000" PROMPTS=25000 is
 # the issue's curve: about a day here.
 # One rule for steps: EPOCHS passes over each subset at batch 4 (steps = EPOCHS * conversations / 4), so more data
@@ -84,20 +84,24 @@ for tokens in "${sizes[@]}"; do
     train_and_eval "dspark-$tokens" "$work/replies-$tokens.jsonl" "$(steps_for "$n")" --drafter dspark "${block[@]}"
 done
 
-# 3. At COMPARE_AT reply tokens (default the smallest size: the comparisons fit a session on 2 cores), the
-# greedy-matched loss (--loss greedy) on the same replies and steps, and DFlash and Eagle3 for DSpark's training
-# wall time there (equal compute, not equal steps). Their schedules span 10x DSpark's steps so that --minutes
-# ends them: equal time, their learning rate not yet decayed.
-compare=${COMPARE_AT:-${sizes[0]}}
-n=$(subset "$work/replies.jsonl" "$compare" "$work/replies-$compare.jsonl")
-train_and_eval "dspark-greedy-loss-$compare" "$work/replies-$compare.jsonl" "$(steps_for "$n")" --drafter dspark \
+# 3. At GREEDY_LOSS_AT reply tokens (default the smallest size), the greedy-matched loss (--loss greedy) on the
+# same replies and steps as DSpark's. At each COMPARE_AT size, DFlash and Eagle3 for DSpark's training wall time
+# there (equal compute, not equal steps). Their schedules span 10x DSpark's steps so that --minutes ends them:
+# equal time, their learning rate not yet decayed.
+greedy_at=${GREEDY_LOSS_AT:-${sizes[0]}}
+n=$(subset "$work/replies.jsonl" "$greedy_at" "$work/replies-$greedy_at.jsonl")
+train_and_eval "dspark-greedy-loss-$greedy_at" "$work/replies-$greedy_at.jsonl" "$(steps_for "$n")" --drafter dspark \
     "${block[@]}" --loss greedy
-minutes=$("$python" -c "import json,sys; print(json.load(open(sys.argv[1]))['wall_s'] / 60)" \
-    "$work/dspark-$compare/train_log.json")
-train_and_eval "dflash-$compare" "$work/replies-$compare.jsonl" "$(( $(steps_for "$n") * 10 ))" --drafter dflash \
-    "${block[@]}" --num-layers 2 --minutes "$minutes"
-train_and_eval "eagle3-$compare" "$work/replies-$compare.jsonl" "$(( $(steps_for "$n") * 10 ))" --drafter eagle3 \
-    --num-layers 1 --minutes "$minutes"
+read -r -a compare_sizes <<< "${COMPARE_AT:-14000 126000}"
+for compare in "${compare_sizes[@]}"; do
+    n=$(subset "$work/replies.jsonl" "$compare" "$work/replies-$compare.jsonl")
+    minutes=$("$python" -c "import json,sys; print(json.load(open(sys.argv[1]))['wall_s'] / 60)" \
+        "$work/dspark-$compare/train_log.json")
+    train_and_eval "dflash-$compare" "$work/replies-$compare.jsonl" "$(( $(steps_for "$n") * 10 ))" --drafter dflash \
+        "${block[@]}" --num-layers 2 --minutes "$minutes"
+    train_and_eval "eagle3-$compare" "$work/replies-$compare.jsonl" "$(( $(steps_for "$n") * 10 ))" --drafter eagle3 \
+        --num-layers 1 --minutes "$minutes"
+done
 
 # 4. The demo's drafter on the same prompts, for scale.
 [ -s "$results/demo-drafter.json" ] || "$dspark" eval --drafter "$repo/embedded/smollm2-dspark-regen" \
