@@ -9,7 +9,9 @@ shard count), and for shard s of S: `shard-s.hidden.bf16` and `shard-s.last.bf16
 Writing: under torchrun every rank writes its own shard (rank r writes shard r of world_size) with its own copy
 of the target, in parallel. A writer first prints the store's expected size, preallocates its files, and after
 each batch of rows flushes them and then records the rows written; a writer started again on the same store
-continues after the last recorded row. Reading: each shard file is mapped with torch.from_file (no copy in RAM:
+continues after the last recorded row. With a target sharded over the ranks (sharding.py) a forward is a
+collective: a writer then runs as many forwards as the rank with the most left (`forwards`), the extra ones on one
+token, discarded. Reading: each shard file is mapped with torch.from_file (no copy in RAM:
 pages are read as batches touch them), so a store many times the RAM of a rank trains as well as a small one, and
 a complete store is read by any number of ranks, whatever number wrote it.
 """
@@ -25,6 +27,7 @@ import torch
 from tqdm import tqdm
 
 from dspark.models.errors import ConfigError
+from dspark.models.target_features import capture_target_features
 from dspark.models.training.data import TokenDataset
 from dspark.models.training.feature_cache import feature_rows
 from dspark.models.training.tasks import TargetOutputs
@@ -75,7 +78,7 @@ def _rows_written(directory: Path, shard: int) -> int:
 
 
 def _write_json(path: Path, value: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # every rank writes the manifest: a tmp file each
     tmp.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, path)
 
@@ -102,13 +105,20 @@ def describe_size(layout: StoreLayout, directory: Path) -> str:
             f"{layout.shards} shard(s) of about {layout.total_bytes / layout.shards / gib:.3f} GiB")
 
 
+def forwards_left(directory: Path, layout: StoreLayout, shard: int, batch_size: int = 16) -> int:
+    """The target forwards (batches of batch_size rows) shard `shard` still needs."""
+    return -(-(len(layout.rows(shard)) - _rows_written(directory, shard)) // batch_size)
+
+
 def write_shard(directory: Path, key: dict, layout: StoreLayout, shard: int, target: torch.nn.Module,
                 dataset: TokenDataset, layer_ids: tuple[int, ...], batch_size: int = 16,
-                progress: bool = True) -> None:
-    """Write (or finish writing) shard `shard` of the store (module docstring); prints the expected size first."""
+                progress: bool = True, forwards: int = 0) -> None:
+    """Write (or finish writing) shard `shard` of the store (module docstring); prints the expected size first.
+    `forwards`: run the target at least this many times (a sharded target's forwards are collectives)."""
     if progress:
         print(describe_size(layout, directory), flush=True)
     _check_manifest(directory, key, layout)
+    extra = forwards - forwards_left(directory, layout, shard, batch_size)
     rows, done = layout.rows(shard), _rows_written(directory, shard)
     handles = {}
     for part in PARTS:
@@ -128,6 +138,10 @@ def write_shard(directory: Path, key: dict, layout: StoreLayout, shard: int, tar
                 os.fsync(handle.fileno())
             _write_json(_progress_file(directory, shard), {"rows": batch.stop - rows.start})
             bar.update(len(batch))
+        one_token = dataset.input_ids[:1, :1].to(next(target.parameters()).device)
+        with torch.no_grad():
+            for _ in range(extra):  # in step with the ranks that have more rows left
+                capture_target_features(target, one_token, layer_ids)
     finally:
         bar.close()
         for handle in handles.values():

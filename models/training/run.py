@@ -3,7 +3,9 @@
 `dspark train` (dspark.ops.commands.train) parses the command line and the torchrun environment, then calls
 `train_job`. The pieces:
 
-- the target: a transformers causal LM directory (config, weights, tokenizer), frozen (models/target_io.py);
+- the target: a transformers causal LM directory (config, weights, tokenizer), frozen (models/target_io.py); with
+  --shard-target its decoder layers are FSDP2-sharded over the ranks (sharding.py) and every rank runs each of its
+  forwards together: the feature store's writers, the held-out set's replies and every held-out check;
 - documents (documents.py): the training split of the CPython stdlib corpus (dspark.models.embedded_target.corpus), tokenized
   with the target's tokenizer; held-out files serve the held-out check. For the chat source the documents are
   chat prompts (a --prompts-file, or the built-in generated set of dspark.models.training.chat_prompts) in the
@@ -39,12 +41,14 @@ from dspark.models.training.documents import file_first_turns, job_documents
 from dspark.models.training.export import (config_json, dataset_stats, describe_data, export_drafter, write_card,
                                            write_draft_vocab)
 from dspark.models.training.evaluate import decoded_tau, greedy_acceptance
-from dspark.models.training.feature_store import StoredFeatures, StoreLayout, open_store, store_directory, write_shard
+from dspark.models.training.feature_store import (StoredFeatures, StoreLayout, forwards_left, open_store,
+                                                  store_directory, write_shard)
 from dspark.models.training.losses import DFLASH_GREEDY_LOSS, DFLASH_LOSS, DSPARK_GREEDY_LOSS, DSPARK_LOSS
 from dspark.models.training.monitor import RunMonitor
 from dspark.models.training.regenerate import read_regenerated
 from dspark.models.training.tasks import BlockTask, Eagle3Task, TrainTask
 from dspark.models.training.drafter_init import check_same_drafter, init_from_drafter
+from dspark.models.training.sharding import shard_frozen_target, world_mesh
 from dspark.models.training.target_init import init_from_target
 from dspark.models.training.trainer import LOG_FILE, DistContext, TrainConfig, Trainer, bf16_autocast
 from dspark.models.portable_paths import portable
@@ -135,6 +139,7 @@ class TrainJob:
     eval_samples: int = 32  # held-out greedy continuations for the acceptance check (0: skip)
     eval_every: int = 0  # steps between held-out checks during training, keeping the best drafter (0: only the end)
     fsdp: bool = False  # several ranks: the drafter sharded with FSDP2 (sharding.py) instead of replicated by DDP
+    shard_target: bool = False  # several ranks: the frozen target's layers sharded with FSDP2 (sharding.py)
     save_dtype: str = "bfloat16"
     slim: bool = False  # export without the frozen embedding / lm_head copies
     resume: bool = False
@@ -155,6 +160,12 @@ class TrainJob:
         if self.fsdp and self.eval_every:
             raise ConfigError("--eval-every runs the held-out check on rank 0 alone, which an FSDP2-sharded drafter "
                               "cannot: drop --fsdp or --eval-every")
+        if self.shard_target and self.data_file is None:
+            raise ConfigError("--shard-target needs --data: generating the training replies runs the target on rank 0 "
+                              "alone; regenerate them first (`dspark regenerate`, whose SGLang shards the target)")
+        if self.shard_target and self.fsdp and self.eval_samples:
+            raise ConfigError("--shard-target runs the held-out check on every rank, and --fsdp gathers the drafter on "
+                              f"rank 0 alone: with both, pass --eval-samples 0 (got {self.eval_samples})")
         if self.eval_every < 0 or (self.eval_every and not self.eval_samples):
             raise ConfigError(f"--eval-every must be >= 0, and > 0 only with --eval-samples above 0; got "
                               f"{self.eval_every} with --eval-samples {self.eval_samples}")
@@ -168,13 +179,22 @@ class TrainJob:
                               "test-time-training loss")
 
 
-def cached_dataset(documents, cfg: DataConfig, target, eos_id: int, key: dict, cache_dir: Path, dist: DistContext):
-    """Load the dataset for `key` from cache_dir, or build it on rank 0 and save it; other ranks wait and load."""
+def cached_dataset(documents, cfg: DataConfig, target, eos_id: int, key: dict, cache_dir: Path, dist: DistContext,
+                   every_rank: bool = False):
+    """Load the dataset for `key` from cache_dir, or build it on rank 0 and save it while the other ranks wait, then
+    load it. every_rank: the target is sharded, so every rank builds it together (rank 0 saves; no partial file)."""
     path = cache_dir / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16] + ".pt")
-    if dist.is_main and load_dataset(path, key) is None:
-        partial = path.with_suffix(".partial.pt")  # the generation so far: an interrupted run picks it up
-        save_dataset(build_dataset(documents, cfg, target, eos_id, partial=partial), key, path)
-        partial.unlink(missing_ok=True)
+    if every_rank:
+        build = bool(dist.max_over_ranks(int(load_dataset(path, key) is None)))
+    else:
+        build = dist.is_main and load_dataset(path, key) is None
+    if build:
+        partial = None if every_rank else path.with_suffix(".partial.pt")  # an interrupted run picks it up
+        dataset = build_dataset(documents, cfg, target, eos_id, progress=dist.is_main, partial=partial)
+        if dist.is_main:
+            save_dataset(dataset, key, path)
+        if partial is not None:
+            partial.unlink(missing_ok=True)
     dist.barrier()
     dataset = load_dataset(path, key)
     assert dataset is not None, f"{path} vanished after it was written"
@@ -182,9 +202,10 @@ def cached_dataset(documents, cfg: DataConfig, target, eos_id: int, key: dict, c
 
 
 def stored_target_features(target, dataset: TokenDataset, layer_ids: tuple[int, ...], key: dict, store_root: Path,
-                           bf16: bool, dist: DistContext) -> StoredFeatures:
+                           bf16: bool, dist: DistContext, sharded_target: bool = False) -> StoredFeatures:
     """The target's outputs on `dataset` from the feature store under store_root (feature_store.py): opened when
-    complete, else every rank writes (or finishes) its own shard, under bf16 autocast when asked, and all open it."""
+    complete, else every rank writes (or finishes) its own shard, under bf16 autocast when asked, and all open it;
+    with a sharded target every rank runs as many forwards as the one with the most left."""
     key = {**key, "target_layer_ids": list(layer_ids), "dtype": "bfloat16", "autocast": "bfloat16" if bf16 else "none"}
     directory = store_directory(store_root, key)
     lm_head = target.get_output_embeddings()
@@ -194,8 +215,10 @@ def stored_target_features(target, dataset: TokenDataset, layer_ids: tuple[int, 
     hidden = target.config.hidden_size
     layout = StoreLayout(samples=len(dataset), seq_len=dataset.input_ids.shape[1], hidden_width=len(layer_ids) * hidden,
                          last_width=hidden, shards=dist.world_size)
+    forwards = dist.max_over_ranks(forwards_left(directory, layout, dist.rank)) if sharded_target else 0
     with bf16_autocast(bf16, dist.device):
-        write_shard(directory, key, layout, dist.rank, target, dataset, layer_ids, progress=dist.is_main)
+        write_shard(directory, key, layout, dist.rank, target, dataset, layer_ids, progress=dist.is_main,
+                    forwards=forwards)
     dist.barrier()
     features = open_store(directory, key, lm_head)
     assert features is not None, f"{directory} is incomplete after every rank wrote its shard"
@@ -213,6 +236,31 @@ def file_dataset(job: TrainJob, tokenizer, held_out_percent: int, eos_id: int) -
                                  str(job.data_file))
 
 
+def target_and_drafter(job: TrainJob, config: DrafterConfig, dist: DistContext) -> tuple[torch.nn.Module, Drafter]:
+    """The frozen target and the drafter built from it (seeded; from the target's top layers or another drafter's
+    weights when asked). A sharded target is read whole on the CPU, the drafter built from it, then its layers
+    sharded (sharding.py); a node's ranks take turns at this, so one whole copy at a time sits in host memory."""
+    def load(device: torch.device) -> tuple[torch.nn.Module, Drafter]:
+        target = load_frozen_target(job.target_dir, device)
+        torch.manual_seed(job.train.seed)
+        drafter = DRAFTER_CLASSES[config.kind].from_target(target, config).to(dist.device)
+        if job.init_from_target:
+            init_from_target(drafter, target)
+        if job.init_from_drafter is not None:
+            init_from_drafter(drafter, job.init_from_drafter, target)
+        return target, drafter
+
+    if not (job.shard_target and dist.world_size > 1):
+        return load(dist.device)
+    mesh = world_mesh(dist.device, dist.world_size)
+    for turn in range(dist.local_world_size):
+        if dist.local_rank == turn:
+            target, drafter = load(torch.device("cpu"))
+            shard_frozen_target(target, mesh, dist.device)
+        dist.barrier()
+    return target, drafter
+
+
 def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     """Run the job; rank 0 returns the card info (also written to out_dir), other ranks None."""
     target_config, tokenizer = load_target_config(job.target_dir)
@@ -221,7 +269,8 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     if job.init_from_drafter is not None:
         check_same_drafter(job.init_from_drafter, config, target_config)
     corpus = load_corpus(job.stdlib_root, job.held_out_percent)
-    target = load_frozen_target(job.target_dir, dist.device)
+    target, drafter = target_and_drafter(job, config, dist)
+    sharded = job.shard_target and dist.world_size > 1  # every forward of the target is then a collective
     fingerprint = target_fingerprint(job.target_dir)
     eos_id = tokenizer.eos_token_id
     key = {"data": asdict(job.data), "target_sha256": fingerprint, "corpus_root": str(corpus.root),
@@ -243,22 +292,16 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     features = None
     if job.feature_cache_dir is not None:
         features = stored_target_features(target, dataset, config.target_layer_ids, train_key, job.feature_cache_dir,
-                                          job.train.bf16, dist)
-    torch.manual_seed(job.train.seed)
-    drafter = DRAFTER_CLASSES[config.kind].from_target(target, config).to(dist.device)
-    if job.init_from_target:
-        init_from_target(drafter, target)
-    if job.init_from_drafter is not None:
-        init_from_drafter(drafter, job.init_from_drafter, target)
+                                          job.train.bf16, dist, sharded)
     dist.barrier()  # rank 0 wrote the draft vocabulary
     vocab_ids = load_draft_vocab(job.out_dir, target_config.vocab_size)  # the one the exported drafter drafts among
     task = build_task(config, job.spec.n_anchors, vocab_ids if job.loss_over_draft_vocab else None, job.loss)
-    def held_out_set() -> TokenDataset:  # the target's greedy replies to held-out prompts (rank 0)
+    def held_out_set() -> TokenDataset:  # the target's greedy replies to held-out prompts (rank 0, or every rank)
         eval_source = "chat" if job.data.source == "chat" or job.data_file is not None else "generations"
         eval_cfg = dataclasses.replace(job.data, source=eval_source, num_samples=job.eval_samples, temperature=0.0)
         eval_key = {**key, "data": asdict(eval_cfg), "split": "held_out"}
         return cached_dataset(documents("held_out"), eval_cfg, target, eos_id, eval_key, job.data_cache_dir,
-                              DistContext(device=dist.device))
+                              dist if sharded else DistContext(device=dist.device), every_rank=sharded)
 
     stop_ids = stop_token_ids(target, tokenizer)
 
@@ -268,14 +311,14 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
                                                                vocab_ids=vocab_ids)}
 
     monitor, eval_set = None, None
-    if dist.is_main:
+    if dist.is_main or sharded:  # a sharded target's check is a collective: every rank runs it, rank 0 writes
         eval_set = held_out_set() if job.eval_every else None
         def held_out_metrics() -> dict:  # what the monitor logs, keeping the best drafter by "tau"
             check = held_out_check(eval_set)
             return {"tau": check["tau"], "decoded_tau": check["decoded_tau"]}
 
         evaluate = held_out_metrics if eval_set is not None else None
-        monitor = RunMonitor(job.work_dir, evaluate, job.eval_every)
+        monitor = RunMonitor(job.work_dir, evaluate, job.eval_every, writes=dist.is_main)
     trainer = Trainer(drafter, target, dataset, task, job.train, job.work_dir, dist, features=features,
                       monitor=monitor, fsdp=job.fsdp)
     if job.resume:
@@ -286,12 +329,15 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         if dist.is_main:
             drafter = DRAFTER_CLASSES[config.kind].from_target(target, config).to(dist.device)
             drafter.load_state_dict(gathered)
-    if not dist.is_main:
+    dist.barrier()  # rank 0 wrote the best drafter's weights
+    if not (dist.is_main or sharded):
         return None
     kept_best = monitor.load_best(drafter)  # the export is the drafter of the best held-out tau, not the last
     if job.eval_samples and eval_set is None:
         eval_set = held_out_set()
     held_out = held_out_check(eval_set) if eval_set is not None else None
+    if not dist.is_main:
+        return None
     info = {
         "kind": config.kind, "target": portable(job.target_dir), "target_sha256": fingerprint,
         "drafter_config": config_json(config),
@@ -304,7 +350,8 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         "init_from_target": job.init_from_target, "bf16": job.train.bf16,
         "init_from_drafter": None if job.init_from_drafter is None else portable(job.init_from_drafter),
         "loss_over_draft_vocab": job.loss_over_draft_vocab, "loss": job.loss,
-        "fsdp": trainer.fsdp, "held_out_every": monitor.evaluations, "exported_best": monitor.best if kept_best else None,
+        "fsdp": trainer.fsdp, "shard_target": sharded, "held_out_every": monitor.evaluations,
+        "exported_best": monitor.best if kept_best else None,
         "trainable_params": sum(p.numel() for p in drafter.parameters() if p.requires_grad),
     }
     job.out_dir.mkdir(parents=True, exist_ok=True)

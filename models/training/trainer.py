@@ -92,6 +92,8 @@ class DistContext:
     rank: int = 0
     world_size: int = 1
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    local_rank: int = 0  # among this node's ranks (torchrun's LOCAL_RANK)
+    local_world_size: int = 1  # this node's ranks (LOCAL_WORLD_SIZE)
 
     @property
     def is_main(self) -> bool:
@@ -107,6 +109,13 @@ class DistContext:
         value = value.clone()
         torch.distributed.all_reduce(value)
         return value
+
+    def max_over_ranks(self, value: int) -> int:
+        if self.world_size == 1:
+            return value
+        values = torch.tensor([value], device=self.device)
+        torch.distributed.all_reduce(values, op=torch.distributed.ReduceOp.MAX)
+        return int(values.item())
 
 
 @dataclass(frozen=True)
@@ -170,12 +179,13 @@ class Trainer:
         dist: DistContext = DistContext(),
         progress: bool = True,
         features: TargetFeatureSource | None = None,  # default: run the target on each micro-batch
-        monitor: RunMonitor | None = None,  # rank 0: TensorBoard and the periodic held-out check (monitor.py)
+        monitor: RunMonitor | None = None,  # TensorBoard and the periodic held-out check (monitor.py): rank 0's,
+        # or every rank's when the check runs a sharded target (only rank 0's writes)
         fsdp: bool = False,  # several ranks: shard the drafter with FSDP2 (sharding.py) instead of DDP
     ) -> None:
         self.drafter, self.target, self.dataset, self.task, self.cfg = drafter, target, dataset, task, cfg
         self.out_dir, self.dist, self.progress = Path(out_dir), dist, progress
-        self.monitor = monitor if dist.is_main else None
+        self.monitor = monitor
         self.target.requires_grad_(False).eval()
         self.features = features or OnlineFeatures(target, task.target_layer_ids)
         self.model = _ForwardTrain(drafter)

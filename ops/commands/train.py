@@ -139,6 +139,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--fsdp", action="store_true",
                    help="torchrun: shard the drafter's parameters, gradients and optimizer state over the ranks "
                         "(FSDP2) instead of replicating them (DDP); not with --eval-every")
+    t.add_argument("--shard-target", action="store_true",
+                   help="torchrun: shard the frozen target's decoder layers over the ranks (FSDP2), for a target "
+                        "that does not fit on one device; needs --data, and with --fsdp --eval-samples 0")
     t.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: only at the end)")
     t.add_argument("--log-every", type=int, default=10)
     t.add_argument("--seed", type=int, default=42)
@@ -174,7 +177,8 @@ def dist_context(device: str | None, timeout_minutes: float = DIST_TIMEOUT_MINUT
     else:
         backend, dev = "gloo", torch.device("cpu")
     torch.distributed.init_process_group(backend, timeout=datetime.timedelta(minutes=timeout_minutes))
-    return DistContext(rank=rank, world_size=world, device=dev)
+    return DistContext(rank=rank, world_size=world, device=dev, local_rank=local,
+                       local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
 def build_job(args: argparse.Namespace) -> TrainJob:
@@ -226,6 +230,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
         target_dir=args.target, out_dir=args.out, work_dir=args.work_dir or args.out / "work", spec=spec, data=data,
         train=train, stdlib_root=args.stdlib or default_stdlib_root(), held_out_percent=args.held_out_percent,
         data_cache_dir=args.data_cache, eval_samples=args.eval_samples, eval_every=args.eval_every, fsdp=args.fsdp,
+        shard_target=args.shard_target,
         save_dtype=args.save_dtype, slim=args.slim,
         resume=args.resume, mask_token_id=args.mask_token_id, data_file=args.data, prompts_file=args.prompts_file,
         builtin_prompts=args.builtin_prompts,

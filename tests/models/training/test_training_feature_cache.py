@@ -1,5 +1,7 @@
 """Feature store: the stored target outputs equal a target forward, shards are bf16 and memory-mapped, a killed
 writer resumes, a store is keyed, and training on it matches online training."""
+import json
+
 import pytest
 import torch
 from training_helpers import EOS_ID, make_drafter_and_task
@@ -7,8 +9,8 @@ from training_helpers import EOS_ID, make_drafter_and_task
 from dspark.models.errors import ConfigError
 from dspark.models.training.data import DataConfig, build_dataset
 from dspark.models.training.feature_cache import OnlineFeatures
-from dspark.models.training.feature_store import (StoreLayout, describe_size, open_store, store_directory,
-                                                  write_shard)
+from dspark.models.training.feature_store import (StoreLayout, describe_size, forwards_left, open_store,
+                                                  store_directory, write_shard)
 from dspark.models.training.trainer import TrainConfig, Trainer
 
 LAYER_IDS = (0, 1, 2)
@@ -76,6 +78,19 @@ def test_a_killed_writer_resumes_after_its_last_recorded_row(peaked_target, padd
     index = torch.arange(12)
     batch = padded_dataset.select(index)
     assert torch.equal(resumed(index, batch).hidden, whole(index, batch).hidden)
+
+
+def test_a_writer_runs_the_forwards_asked_of_it_in_step_with_other_ranks(peaked_target, padded_dataset, tmp_path):
+    """With a sharded target every forward is a collective: a shard with fewer rows left runs extra forwards."""
+    layout = layout_of(peaked_target, padded_dataset, 2)  # 6 rows a shard: 2 batches of 4
+    assert forwards_left(tmp_path, layout, 0, batch_size=4) == 2
+    calls = []
+    hook = peaked_target.get_input_embeddings().register_forward_hook(lambda module, args, out: calls.append(1))
+    write_shard(tmp_path, KEY, layout, 0, peaked_target, padded_dataset, LAYER_IDS, batch_size=4, progress=False,
+                forwards=5)
+    hook.remove()
+    assert len(calls) == 5 and forwards_left(tmp_path, layout, 0, batch_size=4) == 0
+    assert json.loads((tmp_path / "shard-00000.progress.json").read_text()) == {"rows": 6}, "extras write nothing"
 
 
 def test_a_store_is_keyed_and_refuses_another_layout(peaked_target, padded_dataset, tmp_path):

@@ -41,3 +41,16 @@ def test_without_evaluations_there_is_no_best(tmp_path):
     monitor.after_step(5, torch.nn.Linear(2, 2))
     monitor.close()
     assert monitor.best is None and not monitor.load_best(torch.nn.Linear(2, 2))
+
+
+def test_a_monitor_that_does_not_write_evaluates_and_tracks_the_best_alone(tmp_path):
+    """Another rank's monitor beside rank 0's when the check runs a sharded target: the same checks, no files."""
+    taus = iter([0.5, 0.9])
+    monitor = RunMonitor(tmp_path, evaluate=lambda: {"tau": next(taus)}, eval_every=1, writes=False)
+    monitor.start(0)
+    for step in (1, 2):
+        monitor.log({"step": step, "loss": 1.0})
+        monitor.after_step(step, torch.nn.Linear(2, 2))
+    monitor.close()
+    assert [e["tau"] for e in monitor.evaluations] == [0.5, 0.9] and monitor.best == {"step": 2, "tau": 0.9}
+    assert list(tmp_path.iterdir()) == [], "rank 0 writes the event files and the best weights"

@@ -40,3 +40,11 @@ def test_data_refuses_other_data_flags(tmp_path, capsys):
     assert main(argv) == 2
     assert "--data is the training data: it takes no --prompts-file, --builtin-prompts or --data-source" in \
         capsys.readouterr().err
+
+
+def test_a_sharded_target_with_a_sharded_drafter_refuses_the_held_out_check(tmp_path, capsys):
+    data = regenerated_file(tmp_path / "regen.jsonl", 2)
+    argv = ["train", "--target", str(EMBEDDED_TARGET), "--drafter", "dspark", "--out", str(tmp_path / "o"),
+            "--data", str(data), "--shard-target", "--fsdp", "--eval-samples", "4"]
+    assert main(argv) == 2
+    assert "with both, pass --eval-samples 0 (got 4)" in capsys.readouterr().err

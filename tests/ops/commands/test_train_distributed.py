@@ -1,7 +1,8 @@
 """Two gloo processes under torchrun train the same drafter as one process on the same data: each rank writes its
 shard of the feature store, reads its half of every global batch from the memory-mapped store, and the averaged
 gradients (DDP's all-reduce, or FSDP2's reduce-scatter with --fsdp), scaled by the world size over globally summed
-loss normalisers, give one process's steps.
+loss normalisers, give one process's steps. With --shard-target the target's layers are sharded over the two ranks
+instead: the store's features and so the steps are again one process's.
 
 Tolerance: the two runs differ only in float32 summation order (the gradient all-reduce, the per-rank loss sums)
 and in the feature store's bf16 rounding of features computed in batches of other widths, so losses agree to 1e-4
@@ -55,16 +56,20 @@ def one_process(tmp_path_factory):
     return data, root / "one"
 
 
-@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+SHARDING_FLAGS = {"ddp": [], "fsdp": ["--fsdp"], "shard-target": ["--shard-target"]}
+
+
+@pytest.mark.parametrize("sharding", list(SHARDING_FLAGS))
 def test_two_gloo_ranks_train_as_one_process(one_process, tmp_path, sharding):
     data, one_out = one_process
-    extra = ["--fsdp"] if sharding == "fsdp" else []
+    extra = SHARDING_FLAGS[sharding]
     run([*torchrun(), *train_argv(tmp_path / "two", data, tmp_path / "store-two", 2), *extra, "--checkpoint-every", "2"],
         REPO)
     assert len(list((tmp_path / "store-two").glob("*/shard-*.hidden.bf16"))) == 2, "one shard per rank"
     logs = [json.loads((out / "train_log.json").read_text()) for out in (one_out, tmp_path / "two")]
     assert logs[1]["job"]["world_size"] == 2 and logs[0]["job"]["samples"] == logs[1]["job"]["samples"]
     assert logs[1]["job"]["fsdp"] == (sharding == "fsdp")
+    assert logs[1]["job"]["shard_target"] == (sharding == "shard-target")
     losses = [[entry["loss"] for entry in log["history"]] for log in logs]
     assert len(losses[0]) == STEPS and losses[1] == pytest.approx(losses[0], rel=1e-4)
     one, two = (load_file(out / "model.safetensors") for out in (one_out, tmp_path / "two"))
@@ -76,3 +81,15 @@ def test_two_gloo_ranks_train_as_one_process(one_process, tmp_path, sharding):
         run([*torchrun(), *train_argv(tmp_path / "two", data, tmp_path / "store-two", 2), *extra, "--resume"], REPO)
         resumed = load_file(tmp_path / "two" / "model.safetensors")
         assert all((resumed[name] - two[name]).abs().max() <= 1e-6 for name in two), "steps 3-4 again, the same"
+
+
+def test_a_sharded_target_checks_held_out_on_every_rank(one_process, tmp_path):
+    """The held-out set's replies, the periodic checks and the final one run the sharded target's forwards, which
+    are collectives: both ranks run them together (a rank left out would hang the run past the timeout)."""
+    data, _ = one_process
+    argv = train_argv(tmp_path / "checked", data, tmp_path / "store", 2)
+    argv[argv.index("--eval-samples") + 1] = "2"
+    run([*torchrun(), *argv, "--shard-target", "--eval-every", "2"], REPO)
+    job = json.loads((tmp_path / "checked" / "train_log.json").read_text())["job"]
+    assert job["shard_target"] and [check["step"] for check in job["held_out_every"]] == [2, 4]
+    assert job["held_out"]["tau"] >= 1.0 and job["held_out"]["decoded_tau"] >= 1.0
