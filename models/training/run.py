@@ -236,7 +236,8 @@ def file_dataset(job: TrainJob, tokenizer, held_out_percent: int, eos_id: int) -
                                  str(job.data_file))
 
 
-def target_and_drafter(job: TrainJob, config: DrafterConfig, dist: DistContext) -> tuple[torch.nn.Module, Drafter]:
+def target_and_drafter(job: TrainJob, config: DrafterConfig, dist: DistContext,
+                       sharded: bool) -> tuple[torch.nn.Module, Drafter]:
     """The frozen target and the drafter built from it (seeded; from the target's top layers or another drafter's
     weights when asked). A sharded target is read whole on the CPU, the drafter built from it, then its layers
     sharded (sharding.py); a node's ranks take turns at this, so one whole copy at a time sits in host memory."""
@@ -250,7 +251,7 @@ def target_and_drafter(job: TrainJob, config: DrafterConfig, dist: DistContext) 
             init_from_drafter(drafter, job.init_from_drafter, target)
         return target, drafter
 
-    if not (job.shard_target and dist.world_size > 1):
+    if not sharded:
         return load(dist.device)
     mesh = world_mesh(dist.device, dist.world_size)
     for turn in range(dist.local_world_size):
@@ -269,8 +270,8 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     if job.init_from_drafter is not None:
         check_same_drafter(job.init_from_drafter, config, target_config)
     corpus = load_corpus(job.stdlib_root, job.held_out_percent)
-    target, drafter = target_and_drafter(job, config, dist)
     sharded = job.shard_target and dist.world_size > 1  # every forward of the target is then a collective
+    target, drafter = target_and_drafter(job, config, dist, sharded)
     fingerprint = target_fingerprint(job.target_dir)
     eos_id = tokenizer.eos_token_id
     key = {"data": asdict(job.data), "target_sha256": fingerprint, "corpus_root": str(corpus.root),
