@@ -67,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
     _, tokenizer = load_target_config(args.target)
     prompts = [encode_chat(tokenizer, text) for text in load_prompts(args.prompts_file)[: args.limit]]
     cpu = not torch.cuda.is_available()
-    # --sleep-on-idle: SGLang's idle scheduler otherwise spins a core, which the measured server would lose
-    extra = (cpu_server_args() if cpu else []) + dspark_args(args.drafter, cpu=cpu) + ["--sleep-on-idle"]
+    # --sleep-on-idle (cpu_server_args has it): the idle server of the two otherwise spins a host core
+    extra = (cpu_server_args() if cpu else ["--sleep-on-idle"]) + dspark_args(args.drafter, cpu=cpu)
     args.out.mkdir(parents=True, exist_ok=True)
     sink = OtlpReceiver().start()
     trace_flags = ["--enable-trace", "--otlp-traces-endpoint", sink.endpoint, "--otlp-service-name", "dspark-bench"]

@@ -30,7 +30,7 @@ def test_dspark_on_cpu_uses_the_cpu_recipe_ragged_verify_and_the_runtime_state(c
     assert flag(command, "--speculative-draft-model-path") == str((EMBEDDED / "dspark").resolve())
     assert flag(command, "--speculative-draft-attention-backend") == "torch_native"
     assert flag(command, "--device") == "cpu" and flag(command, "--dtype") == "float32"
-    assert {"--disable-cuda-graph", "--disable-overlap-schedule"} <= set(command)
+    assert {"--disable-cuda-graph", "--disable-overlap-schedule", "--sleep-on-idle"} <= set(command)
     assert flag(command, "--port") == "31234"
     assert env["SGLANG_USE_CPU_ENGINE"] == "1" and env["SGLANG_RAGGED_VERIFY_MODE"] == "compact"
     state = json.loads(env["DSPARK_RUNTIME_STATE"])
