@@ -104,18 +104,17 @@ class DistContext:
             torch.distributed.barrier()
 
     def all_reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
+        return self._all_reduce(value, torch.distributed.ReduceOp.SUM)
+
+    def max_over_ranks(self, value: int) -> int:
+        return int(self._all_reduce(torch.tensor([value], device=self.device), torch.distributed.ReduceOp.MAX).item())
+
+    def _all_reduce(self, value: torch.Tensor, op) -> torch.Tensor:
         if self.world_size == 1:
             return value
         value = value.clone()
-        torch.distributed.all_reduce(value)
+        torch.distributed.all_reduce(value, op=op)
         return value
-
-    def max_over_ranks(self, value: int) -> int:
-        if self.world_size == 1:
-            return value
-        values = torch.tensor([value], device=self.device)
-        torch.distributed.all_reduce(values, op=torch.distributed.ReduceOp.MAX)
-        return int(values.item())
 
 
 @dataclass(frozen=True)
