@@ -32,6 +32,12 @@ batch's tensor-parallel group reports, so a TP=8 server does not count every rou
     dspark_sglang_restarts                          times `dspark serve` started SGLang again after it exited
                                                     by itself (RESTARTS_ENV; set when the state is installed)
 
+and from SGLang's HTTP process, where the request gate runs (request_gate.py):
+
+    dspark_gate_sub_requests_in_flight              sub-requests (prompts x n) admitted and not yet answered:
+                                                    the load that max_queued_requests bounds
+    dspark_gate_refused_requests_total{status,field}  requests the gate answered itself (413, 400, 429, 404, 415)
+
 The histograms take a whole round at once (`observe_counts`: one bucket increment per distinct value, not one
 observe() per request) so that a round of 256 requests costs a few increments.
 """
@@ -49,8 +55,14 @@ MAX_GAMMA = 16  # length histograms get one bucket per length up to this
 TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
+def metrics_on() -> bool:
+    """Whether SGLang set up its multiprocess metrics (`--enable-metrics`) for this process tree."""
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
 def enabled() -> bool:
-    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR")) and reporting_rank()
+    """Whether this scheduler process reports."""
+    return metrics_on() and reporting_rank()
 
 
 @lru_cache(maxsize=1)
@@ -107,6 +119,19 @@ def registry() -> dict:
                          multiprocess_mode="livemax"),
         "restarts": Gauge("dspark_sglang_restarts", "times dspark serve started SGLang again after it exited by "
                           "itself", multiprocess_mode="livemax"),
+    }
+
+
+@lru_cache(maxsize=1)
+def gate_registry() -> dict:
+    """The request gate's metrics, created once in SGLang's HTTP process."""
+    from prometheus_client import Counter, Gauge
+
+    return {
+        "in_flight": Gauge("dspark_gate_sub_requests_in_flight", "sub-requests (prompts x n) the request gate "
+                           "admitted and SGLang has not answered yet", multiprocess_mode="livesum"),
+        "refused": Counter("dspark_gate_refused_requests", "requests the request gate answered itself, by status "
+                           "and the field it named", ["status", "field"]),
     }
 
 
@@ -193,3 +218,13 @@ def observe_calibration(report: dict) -> None:
             metrics["ece"].labels(position=str(k)).set(ece)
             metrics["gap"].labels(position=str(k)).set(gap)
 
+
+def observe_gate_in_flight(count: int) -> None:
+    if metrics_on():  # the HTTP process: no tensor-parallel rank to ask
+        gate_registry()["in_flight"].set(count)
+
+
+def observe_gate_refusal(status: int, field: str) -> None:
+    """field: one the gate's checks name (a fixed set: never a client's own key), so the labels stay bounded."""
+    if metrics_on():
+        gate_registry()["refused"].labels(status=str(status), field=field).inc()

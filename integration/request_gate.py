@@ -41,6 +41,7 @@ from typing import Any, Iterator, Optional
 
 from dspark.integration.drain import RefuseWhileDraining
 from dspark.integration.http_errors import error_body, respond
+from dspark.integration.metrics import observe_gate_in_flight, observe_gate_refusal
 from dspark.integration.request_limits import RequestLimits
 from dspark.integration.routes import RouteClassifier, RouteKind
 from dspark.models.errors import clipped, shown
@@ -255,6 +256,7 @@ class RequestGate:
     def __init__(self, app, classify: RouteClassifier, limits: RequestLimits, model_bounds):
         self.app, self.classify, self.limits, self.model_bounds = app, classify, limits, model_bounds
         self.in_flight = 0  # sub-requests admitted and not yet answered (one event loop: no lock)
+        observe_gate_in_flight(0)  # listed from the start, not from the first request
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -274,15 +276,21 @@ class RequestGate:
                                                           f"flight; {count} more would pass max_queued_requests="
                                                           f"{self.limits.max_queued_requests}: retry later")
         except Refused as refused:
+            observe_gate_refusal(refused.status, refused.field)
             if body is None:  # refused before the whole body arrived: read the rest first (module docstring)
                 await discard_rest(receive)
             return await respond(send, refused.status, error_body(refused.status, refused.message, refused.field),
                                  retry_after=refused.status == 429)
-        self.in_flight += count
+        self.admit(count)
         try:
             await self.app(scope, replay(body, receive), send)
         finally:
-            self.in_flight -= count
+            self.admit(-count)
+
+    def admit(self, count: int) -> None:
+        """count more sub-requests in flight (less, when negative: answered)."""
+        self.in_flight += count
+        observe_gate_in_flight(self.in_flight)
 
     async def read_body(self, scope, receive) -> bytes:
         limit = self.limits.max_body_bytes
@@ -308,6 +316,7 @@ class RequestGate:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
+        observe_gate_refusal(404, "path")
         await respond(send, 404, error_body(404, f"{shown(scope['path'])} is not served here: dspark serves the "
                                                  f"generation routes it can bound", "path"))
 

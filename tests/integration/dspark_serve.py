@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from dspark.integration.server import free_port, stop_process_group
@@ -15,6 +16,7 @@ from tests.paths import EMBEDDED, EMBEDDED_TARGET
 
 READY_TIMEOUT_S = 400.0
 GAMMA = 5  # embedded/dspark's block size
+IN_FLIGHT = "dspark_gate_sub_requests_in_flight"
 
 
 class DsparkServe:
@@ -66,6 +68,22 @@ class DsparkServe:
                 time.sleep(1.0)
         finally:
             client.close()
+
+    def metric(self, sample: str) -> float:
+        """One sample's value on the replica's /metrics, as `name{labels}` is written there (0 while absent)."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=30) as response:
+            lines = response.read().decode().splitlines()
+        return next((float(line.rsplit(" ", 1)[1]) for line in lines if line.rsplit(" ", 1)[0] == sample), 0.0)
+
+    def wait_for_in_flight(self, count: int, timeout_s: float = 60.0) -> bool:
+        """Wait until the request gate holds `count` sub-requests in flight (admitted, not yet answered): on two
+        busy cores a request sent a second ago may not have arrived yet. False when it has not by timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while self.metric(IN_FLIGHT) != count:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def client(self, token_file: Path | None) -> AdminClient:
         token = token_file.read_text().strip() if token_file else None

@@ -75,7 +75,7 @@ def test_a_default_serve_lists_the_dspark_metric_families(server):
         exposition = response.read().decode()
     families = {line.split()[2] for line in exposition.splitlines() if line.startswith("# TYPE dspark_")}
     assert {"dspark_rounds_total", "dspark_verify_length", "dspark_accepted_tokens_total", "dspark_state_version",
-            "dspark_step_overhead_seconds"} <= families, sorted(families)
+            "dspark_step_overhead_seconds", "dspark_gate_sub_requests_in_flight"} <= families, sorted(families)
 
 
 def test_liveness_passes_while_idle_and_through_a_long_generation_at_full_load(server):

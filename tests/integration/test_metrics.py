@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+import urllib.error
 import urllib.request
 
 import pytest
@@ -103,6 +104,10 @@ def dashboard_metric_names(path) -> set[str]:
 @pytest.mark.slow
 def test_every_dashboard_query_names_a_metric_the_server_exports(server):
     server.post("/generate", {"text": PROMPTS, "sampling_params": {"max_new_tokens": 24, "temperature": 0}})
+    not_an_object = urllib.request.Request(server.url + "/generate", data=b"[]",
+                                           headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError, match="400"):  # the gate answers and counts it
+        urllib.request.urlopen(not_an_object, timeout=30)
     exposition = scrape(server)  # by now more than rounds.GAUGES_EVERY rounds: the calibration gauges too
     names = dashboard_metric_names(REPO / "helm" / "dspark" / "dashboards" / "dspark.json")
     assert {"dspark_accepted_tokens_total", "dspark_calibration_ece", "sglang:generation_tokens_total"} <= names

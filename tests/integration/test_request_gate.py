@@ -43,6 +43,7 @@ CRASHERS = [  # each of these killed the replica before the gate
     ("/v1/completions", {"model": "default", "prompt": [1000000000], "max_tokens": 4}),
 ]
 FUZZ_REQUESTS, FUZZ_CLIENTS = 2000, 4
+REFUSED_429 = 'dspark_gate_refused_requests_total{field="max_queued_requests",status="429"}'
 MEMORY_GROWTH_LIMIT = 512 << 20  # bytes the serving processes may grow by over the whole fuzz
 
 
@@ -158,11 +159,20 @@ def test_every_route_sglang_serves_is_classed_and_every_generation_route_gated(t
 
 # ---------------------------------------------------------------- the real server
 
+def refused_400(field: str) -> str:
+    return f'dspark_gate_refused_requests_total{{field="{field}",status="400"}}'
+
+
 def test_each_request_that_crashed_a_replica_gets_a_4xx_and_the_server_keeps_serving(server, reference):
+    fields = Counter()
+    before = {field: server.metric(refused_400(field)) for field in ("logprobs", "top_logprobs",
+                                                                          "top_logprobs_num", "input_ids", "prompt")}
     for path, body in CRASHERS:
         status, answer = post_json(server.url + path, body)
         assert status == 400, (path, answer)
         assert "must be" in answer["message"] and answer["param"] in json.dumps(body), answer
+        fields[answer["param"]] += 1
+    assert Counter({field: server.metric(refused_400(field)) - count for field, count in before.items()}) == fields
     assert [greedy(server.url, p) for p in PROMPTS] == [reference[p] for p in PROMPTS]
 
 
@@ -183,22 +193,28 @@ def test_bodies_over_the_cap_get_413_before_they_are_parsed(server):
 
 def test_sub_requests_past_the_replica_bound_get_429_with_retry_after(server):
     batch = {"text": ["def f("] * (MAX_QUEUED // 2), "sampling_params": {"max_new_tokens": 256, "ignore_eos": True}}
+    refused_before = server.metric(REFUSED_429)
     with ThreadPoolExecutor(2) as pool:
         in_flight = [pool.submit(post_json, server.url + "/generate", batch) for _ in range(2)]
-        time.sleep(1.0)
+        admitted = server.wait_for_in_flight(MAX_QUEUED)  # not a sleep: on 2 busy cores one may come late
         status, headers, body = post(server.url + "/generate", json.dumps(
             {"text": "x", "sampling_params": {"max_new_tokens": 1}}).encode())
         finished_early = any(f.done() for f in in_flight)
         assert [f.result()[0] for f in in_flight] == [200, 200]
-    assert not finished_early, "both batches must still be in flight when the third request comes"
+    assert admitted and not finished_early, "both batches must be in flight when the third request comes"
     assert status == 429 and headers.get("retry-after") == "1", body
     assert b"max_queued_requests=16" in body
+    assert server.metric(REFUSED_429) == refused_before + 1
+    assert server.wait_for_in_flight(0)
     assert post_json(server.url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 1}})[0] == 200
 
 
 def test_a_generation_route_the_gate_cannot_bound_is_refused(server):
+    refused = 'dspark_gate_refused_requests_total{field="path",status="404"}'
+    before = server.metric(refused)
     status, _, body = post(server.url + "/v1/audio/transcriptions", b"{}")
     assert status == 404 and b"not served here" in body
+    assert server.metric(refused) == before + 1
 
 
 def test_two_thousand_malformed_requests_from_four_clients_leave_it_serving(server, reference):
