@@ -50,11 +50,16 @@ class SGLangBackend:
         return replies[0]
 
     def ready(self) -> bool:
+        """SGLang's start-up is over, its warm-up request answered (GET /ready: 503 while starting or shutting down),
+        and the schedulers answer with their dspark state. SERVING any earlier let a client's requests in before
+        the warm-up, and a SIGTERM then (the drain refuses the warm-up) ended SGLang with them in flight."""
         try:
+            with urllib.request.urlopen(self.url + "/ready", timeout=self.timeout_s) as response:
+                response.read()
             self.report()
             return True
-        except (ReplicaUnavailable, ConfigError):
-            return False
+        except (ReplicaUnavailable, ConfigError, urllib.error.URLError, ConnectionError, TimeoutError):
+            return False  # an HTTPError (the 503) is a URLError
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         headers = {"Content-Type": "application/json"}

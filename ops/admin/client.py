@@ -89,7 +89,7 @@ class AdminClient:
         return self._call(self.stub.Restart, pb.RestartRequest(timeout_s=wait), timeout=wait + 30.0)
 
     def serving(self) -> bool:
-        """grpc.health.v1 of the Admin service: SERVING once the replica's scheduler answers."""
+        """grpc.health.v1 of the Admin service: SERVING once the replica has warmed up and its scheduler answers."""
         stub = health_pb2_grpc.HealthStub(self.channel)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service="dspark.admin.v1.Admin"), timeout=5.0)

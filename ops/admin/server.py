@@ -5,9 +5,9 @@
         [--audit-log PATH] [--update-rate 5 --update-burst 10] [--metrics-port P] [--target DIR ...]
 
 `dspark serve --admin-port` starts it as a sidecar process of the replica (docs/admin.md: why a sidecar). Health:
-the empty service name and `dspark.admin.v1.Admin` are NOT_SERVING until the SGLang scheduler answers with
-its DSpark state, and go back to NOT_SERVING when it stops answering. Keepalive: the server pings idle
-clients every 60 s and accepts client pings no more often than every 10 s.
+the empty service name and `dspark.admin.v1.Admin` are NOT_SERVING until SGLang's start-up is over (GET /ready)
+and the scheduler answers with its DSpark state, and go back to NOT_SERVING when either stops. Keepalive: the
+server pings idle clients every 60 s and accepts client pings no more often than every 10 s.
 
 Capacity: MAX_WORKERS threads serve calls, and WatchState streams may hold at most streams.TOTAL of them, so
 admin calls, GetState and health always find one. Stopping (`RunningAdmin.stop`) wakes every stream and

@@ -57,7 +57,7 @@ def test_sigterm_finishes_requests_in_flight_refuses_new_ones_and_exits_zero(tmp
         server.wait_ready()
         with ThreadPoolExecutor(max_workers=len(PROMPTS)) as pool:
             in_flight = [pool.submit(generate, server.url, prompt) for prompt in PROMPTS]
-            time.sleep(1.5)  # admitted and decoding
+            assert server.wait_for_in_flight(len(PROMPTS)), "the requests must be admitted before the SIGTERM"
             assert not any(f.done() for f in in_flight)
             server.process.send_signal(signal.SIGTERM)  # to `dspark serve` alone, as the kubelet does
             time.sleep(1.0)
