@@ -34,6 +34,19 @@ def generate(url: str, prompt: str) -> tuple[int, dict]:
         return err.code, {"body": err.read().decode(errors="replace"), "retry_after": err.headers.get("Retry-After")}
 
 
+def draining_within(url: str, timeout_s: float) -> bool:
+    """Whether SGLang drains (GET /ready answers 503 from the SIGTERM on) within timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url + "/ready", timeout=5).close()
+        except urllib.error.HTTPError as err:
+            if err.code == 503:
+                return True
+        time.sleep(0.05)
+    return False
+
+
 def post_status(url: str, payload: dict) -> int:
     request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
     try:
@@ -60,7 +73,7 @@ def test_sigterm_finishes_requests_in_flight_refuses_new_ones_and_exits_zero(tmp
             assert server.wait_for_in_flight(len(PROMPTS)), "the requests must be admitted before the SIGTERM"
             assert not any(f.done() for f in in_flight)
             server.process.send_signal(signal.SIGTERM)  # to `dspark serve` alone, as the kubelet does
-            time.sleep(1.0)
+            assert draining_within(server.url, DRAIN_TIMEOUT_S), "SGLang must take the SIGTERM `dspark serve` passes on"
             status, refused = generate(server.url, "print(")
             every_route = {path: post_status(server.url + path, body) for path, body in VALID.items()}
             still_running = not all(f.done() for f in in_flight)
