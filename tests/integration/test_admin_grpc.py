@@ -162,7 +162,9 @@ def test_live_changes_move_the_verify_budget_while_requests_stay_identical(repli
             assert dspark_info(replica)["policy"] == policy  # no restart: the next rounds plan with it
         outputs = in_flight.result()
         greedy(replica, PROMPTS)  # rounds under the last state
-        time.sleep(1.5)
+        deadline = time.monotonic() + 60
+        while versions["mtp1"] not in budgets and time.monotonic() < deadline:  # WatchState reports them
+            time.sleep(0.1)
         stop.set()
         watching.result()
     watcher.close()
