@@ -225,6 +225,6 @@ def observe_gate_in_flight(count: int) -> None:
 
 
 def observe_gate_refusal(status: int, field: str) -> None:
-    """field: one the gate's checks name (a fixed set: never a client's own key), so the labels stay bounded."""
+    """field: Refused.counted_as, one of a fixed set (never a key a client wrote), so the labels stay bounded."""
     if metrics_on():
         gate_registry()["refused"].labels(status=str(status), field=field).inc()

@@ -71,9 +71,13 @@ OLLAMA_OPTIONS = {  # what SGLang maps to sampling parameters (others it ignores
 
 
 class Refused(Exception):
-    def __init__(self, status: int, field: str, message: str):
+    """status, the field the message names, and the field it is counted under on /metrics: the same, except where
+    the field is any key a client wrote (check_magnitudes), which would give the counter unbounded labels."""
+
+    def __init__(self, status: int, field: str, message: str, counted_as: Optional[str] = None):
         super().__init__(message)
         self.status, self.field, self.message = status, field, message
+        self.counted_as = counted_as or field
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,7 @@ def check_magnitudes(scope: dict) -> None:
             if isinstance(item, (int, float)) and not isinstance(item, bool))
         for item, x in items:
             if not low <= x <= high:
-                raise Refused(400, key, f"{key} must be in {low}..{high}, got {shown(item)}")
+                raise Refused(400, key, f"{key} must be in {low}..{high}, got {shown(item)}", counted_as="magnitude")
 
 
 def scopes(body: dict) -> Iterator[dict]:
@@ -276,7 +280,7 @@ class RequestGate:
                                                           f"flight; {count} more would pass max_queued_requests="
                                                           f"{self.limits.max_queued_requests}: retry later")
         except Refused as refused:
-            observe_gate_refusal(refused.status, refused.field)
+            observe_gate_refusal(refused.status, refused.counted_as)
             if body is None:  # refused before the whole body arrived: read the rest first (module docstring)
                 await discard_rest(receive)
             return await respond(send, refused.status, error_body(refused.status, refused.message, refused.field),

@@ -123,6 +123,16 @@ def test_the_gate_refuses_out_of_range_values_naming_the_field(body, field, stat
     assert field in refused.value.message or "completions" in refused.value.message or "object" in refused.value.message
 
 
+def test_a_refusal_naming_a_key_the_client_wrote_is_counted_under_a_fixed_label():
+    fields = set()
+    for key in ("a_key_of_my_own", "another_one", "top_k"):
+        with pytest.raises(Refused) as refused:
+            check_body({"sampling_params": {key: 2 ** 63}}, RequestLimits(), BOUNDS)
+        assert refused.value.field == key and key in refused.value.message
+        fields.add(refused.value.counted_as)
+    assert fields == {"magnitude"}  # /metrics gets one label however many keys clients invent
+
+
 @pytest.mark.parametrize("body, count", [
     ({"text": "def f(", "sampling_params": {"max_new_tokens": 16}}, 1),
     ({"prompt": [1, 2, 3], "logprobs": 20, "n": 4}, 4),  # a list of ids is one prompt
