@@ -44,7 +44,7 @@ from dspark.integration.http_errors import error_body, respond
 from dspark.integration.metrics import observe_gate_in_flight, observe_gate_refusal
 from dspark.integration.request_limits import RequestLimits
 from dspark.integration.routes import RouteClassifier, RouteKind
-from dspark.models.errors import clipped, shown
+from dspark.models.errors import ConfigError, clipped, shown
 
 CONTAINERS = ("sampling_params", "options", "parameters", "instances")
 LOGPROB_FIELDS = ("logprobs", "top_logprobs", "top_logprobs_num")
@@ -376,10 +376,36 @@ def _add_middlewares(*args, **kwargs) -> None:
     app.add_middleware(RefuseWhileDraining, classify=classify)  # added last: outermost
 
 
+def ungated_entry_points(settings) -> list[str]:
+    """What in SGLang's resolved settings would serve requests the gate never sees (it lives in the launcher's
+    one HTTP app): further HTTP worker processes, which import the app afresh, and SGLang's gRPC servers."""
+    problems = []
+    if settings.tokenizer_worker_num != 1:
+        problems.append(f"--tokenizer-worker-num must be 1, got {shown(settings.tokenizer_worker_num)}: each further "
+                        f"HTTP worker process would serve without the request gate")
+    if settings.grpc_port is not None:
+        problems.append(f"--grpc-port must be left unset, got {shown(settings.grpc_port)}: SGLang's native gRPC "
+                        f"server would serve without the request gate")
+    if settings.smg_grpc_mode or settings.grpc_mode:
+        problems.append("--grpc-mode / --smg-grpc-mode must be off: SGLang would serve gRPC without the request gate")
+    return problems
+
+
+def _refuse_ungated_entry_points(_result, server_args, *args, **kwargs) -> None:
+    """AFTER ServerArgs.resolve_once (every launch path calls it before starting anything)."""
+    from sglang.srt.arg_groups.overrides import resolving_view
+
+    problems = ungated_entry_points(resolving_view(server_args))
+    if problems:
+        raise ConfigError("dspark's request gate bounds every request, so: " + "; ".join(problems))
+
+
 def install() -> None:
     if multiprocessing.parent_process() is not None:  # a scheduler or detokenizer: no HTTP app here
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     RequestLimits.from_env()  # a bad hand-over stops the launch here, naming the limit
+    HookRegistry.register("sglang.srt.server_args.ServerArgs.resolve_once", _refuse_ungated_entry_points,
+                          HookType.AFTER)
     HookRegistry.register("sglang.srt.entrypoints.http_server.launch_server", _add_middlewares, HookType.BEFORE)

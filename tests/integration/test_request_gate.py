@@ -23,9 +23,11 @@ import pytest
 
 from dspark.integration.request_gate import ModelBounds, Refused, check_body, parse
 from dspark.integration.request_limits import RequestLimits
+from dspark.integration.server import SGLangServer, cpu_server_args
 
 from tests.integration.dspark_serve import DsparkServe, target_greedy_answers
 from tests.integration.http_fuzz import VALID, fuzz_request
+from tests.paths import EMBEDDED_TARGET
 
 pytestmark = pytest.mark.slow
 
@@ -168,6 +170,18 @@ def test_every_route_sglang_serves_is_classed_and_every_generation_route_gated(t
 
 
 # ---------------------------------------------------------------- the real server
+
+@pytest.mark.parametrize("flags, named", [
+    (["--tokenizer-worker-num", "2"], "--tokenizer-worker-num must be 1, got 2"),  # it crashed the scheduler so
+    (["--grpc-port", "50099"], "--grpc-port must be left unset, got 50099"),
+    (["--grpc-mode"], "--grpc-mode / --smg-grpc-mode must be off"),
+])
+def test_a_launch_that_would_serve_past_the_gate_stops_naming_the_setting(tmp_path, flags, named):
+    server = SGLangServer(EMBEDDED_TARGET, extra_args=cpu_server_args() + flags, log_path=tmp_path / "server.log")
+    with pytest.raises(RuntimeError, match="exited with code") as failure:
+        server.start()
+    assert named in str(failure.value) and "request gate" in str(failure.value)
+
 
 def refused_400(field: str) -> str:
     return f'dspark_gate_refused_requests_total{{field="{field}",status="400"}}'
