@@ -376,10 +376,12 @@ def _add_middlewares(*args, **kwargs) -> None:
     app.add_middleware(RefuseWhileDraining, classify=classify)  # added last: outermost
 
 
-def ungated_entry_points(settings) -> list[str]:
+def ungated_entry_points(settings, rust_server: bool) -> list[str]:
     """What in SGLang's resolved settings would serve requests the gate never sees (it lives in the launcher's
-    one HTTP app): further HTTP worker processes, which import the app afresh, and SGLang's gRPC servers."""
-    problems = []
+    one HTTP app): further HTTP worker processes, which import the app afresh, SGLang's gRPC servers, and its
+    Rust server (SGLANG_RUST_SERVER), which replaces the Python HTTP server inside the scheduler."""
+    problems = ["SGLANG_RUST_SERVER must be unset: SGLang's Rust server would serve without the request gate"] \
+        if rust_server else []
     if settings.tokenizer_worker_num != 1:
         problems.append(f"--tokenizer-worker-num must be 1, got {shown(settings.tokenizer_worker_num)}: each further "
                         f"HTTP worker process would serve without the request gate")
@@ -394,8 +396,9 @@ def ungated_entry_points(settings) -> list[str]:
 def _refuse_ungated_entry_points(_result, server_args, *args, **kwargs) -> None:
     """AFTER ServerArgs.resolve_once (every launch path calls it before starting anything)."""
     from sglang.srt.arg_groups.overrides import resolving_view
+    from sglang.srt.environ import envs
 
-    problems = ungated_entry_points(resolving_view(server_args))
+    problems = ungated_entry_points(resolving_view(server_args), rust_server=bool(envs.SGLANG_RUST_SERVER.get()))
     if problems:
         raise ConfigError("dspark's request gate bounds every request, so: " + "; ".join(problems))
 
