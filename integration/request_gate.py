@@ -27,7 +27,10 @@ never inside free-form parts such as messages, tools or schemas. A number given 
 the number pydantic would make of it.
 
 Installed in SGLang's launcher only (the process that serves HTTP), as launch_server starts, together with the
-drain (drain.py), which stays outermost: a draining server refuses before it reads a body.
+drain (drain.py), which stays outermost: a draining server refuses before it reads a body. A launch that would
+also serve outside that one app (more HTTP workers, SGLang's gRPC or Rust servers) stops when its arguments are
+resolved (`ungated_entry_points`). On /metrics (metrics.py): the sub-requests in flight, and each refusal by
+status and field.
 """
 from __future__ import annotations
 
