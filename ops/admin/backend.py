@@ -54,12 +54,11 @@ class SGLangBackend:
         and the schedulers answer with their dspark state. SERVING any earlier let a client's requests in before
         the warm-up, and a SIGTERM then (the drain refuses the warm-up) ended SGLang with them in flight."""
         try:
-            with urllib.request.urlopen(self.url + "/ready", timeout=self.timeout_s) as response:
-                response.read()
+            self._call("GET", "/ready")
             self.report()
             return True
-        except (ReplicaUnavailable, ConfigError, urllib.error.URLError, ConnectionError, TimeoutError):
-            return False  # an HTTPError (the 503) is a URLError
+        except (ReplicaUnavailable, ConfigError):
+            return False
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         headers = {"Content-Type": "application/json"}
@@ -69,7 +68,8 @@ class SGLangBackend:
                                          data=None if body is None else json.dumps(body).encode())
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return json.loads(response.read())
+                body = response.read()
+                return json.loads(body) if body else None  # GET /ready answers with an empty body
         except urllib.error.HTTPError as err:
             message = error_message(err)
             if err.code == 409:

@@ -6,12 +6,12 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 from dspark.integration.server import free_port, stop_process_group
 from dspark.ops.admin.client import AdminClient, Credentials
 
+from tests.integration.exposition import sample_value, scrape
 from tests.paths import EMBEDDED, EMBEDDED_TARGET
 
 READY_TIMEOUT_S = 400.0
@@ -71,9 +71,8 @@ class DsparkServe:
 
     def metric(self, sample: str) -> float:
         """One sample's value on the replica's /metrics, as `name{labels}` is written there (0 while absent)."""
-        with urllib.request.urlopen(self.url + "/metrics", timeout=30) as response:
-            lines = response.read().decode().splitlines()
-        return next((float(line.rsplit(" ", 1)[1]) for line in lines if line.rsplit(" ", 1)[0] == sample), 0.0)
+        value = sample_value(scrape(self.url), sample)
+        return 0.0 if value is None else value
 
     def wait_for_in_flight(self, count: int, timeout_s: float = 60.0) -> bool:
         """Wait until the request gate holds `count` sub-requests in flight (admitted, not yet answered): on two

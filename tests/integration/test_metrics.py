@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from dspark.integration.metrics import observe_counts
 from dspark.integration.server import SGLangServer, cpu_server_args, dspark_args, dspark_env
 
+from tests.integration.exposition import sample_value, scrape
 from tests.paths import EMBEDDED, EMBEDDED_TARGET, REPO
 
 PROMPTS = ["def __init__(self", "import os\nimport sys\n\n\ndef main(", "for i in range(", "class Node:\n    "]
@@ -48,15 +49,10 @@ def server(tmp_path_factory):
         yield running
 
 
-def scrape(server) -> str:
-    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as response:
-        return response.read().decode()
-
-
 def value(exposition: str, sample: str) -> float:
-    found = re.search(rf"^{re.escape(sample)} (\S+)$", exposition, re.MULTILINE)
-    assert found, f"{sample} not exported"
-    return float(found.group(1))
+    found = sample_value(exposition, sample)
+    assert found is not None, f"{sample} not exported"
+    return found
 
 
 @pytest.mark.slow
@@ -64,7 +60,7 @@ def test_metrics_pass_promtool_and_agree_with_sglangs_own_counts(server):
     for policy in ("causal", "fixed", "mtp1"):
         assert server.post("/set_internal_state", {"server_args": {"dspark": {"policy": policy}}}) == [True]
         server.post("/generate", {"text": PROMPTS, "sampling_params": {"max_new_tokens": 24, "temperature": 0}})
-    exposition = scrape(server)
+    exposition = scrape(server.url)
     promtool = shutil.which("promtool")
     assert promtool, "promtool is missing: `make setup` installs Debian's prometheus package"
     lint = subprocess.run([promtool, "check", "metrics"], input=exposition, capture_output=True, text=True)
@@ -108,7 +104,7 @@ def test_every_dashboard_query_names_a_metric_the_server_exports(server):
                                            headers={"Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError, match="400"):  # the gate answers and counts it
         urllib.request.urlopen(not_an_object, timeout=30)
-    exposition = scrape(server)  # by now more than rounds.GAUGES_EVERY rounds: the calibration gauges too
+    exposition = scrape(server.url)  # by now more than rounds.GAUGES_EVERY rounds: the calibration gauges too
     names = dashboard_metric_names(REPO / "helm" / "dspark" / "dashboards" / "dspark.json")
     assert {"dspark_accepted_tokens_total", "dspark_calibration_ece", "sglang:generation_tokens_total"} <= names
     missing = sorted(n for n in names if not re.search(rf"^{re.escape(n)}[{{ ]", exposition, re.MULTILINE))

@@ -1,0 +1,17 @@
+"""A server's Prometheus exposition (/metrics), read in tests."""
+from __future__ import annotations
+
+import urllib.request
+from typing import Optional
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as response:
+        return response.read().decode()
+
+
+def sample_value(exposition: str, sample: str) -> Optional[float]:
+    """The value of the sample written `sample` (a name, then its labels as the exposition orders them); None when
+    it is not there."""
+    return next((float(line.rsplit(" ", 1)[1]) for line in exposition.splitlines()
+                 if line.rsplit(" ", 1)[0] == sample), None)
