@@ -15,3 +15,9 @@ def sample_value(exposition: str, sample: str) -> Optional[float]:
     it is not there."""
     return next((float(line.rsplit(" ", 1)[1]) for line in exposition.splitlines()
                  if line.rsplit(" ", 1)[0] == sample), None)
+
+
+def values_of(exposition: str, name: str) -> list[float]:
+    """The values of every sample of the metric `name`, whatever its labels, in exposition order."""
+    return [float(line.rsplit(" ", 1)[1]) for line in exposition.splitlines()
+            if line.split("{", 1)[0].split(" ", 1)[0] == name]

@@ -19,6 +19,7 @@ import pytest
 
 from dspark.integration.liveness import BEAT_EVERY_S, Heartbeat, problems, read_beats
 from tests.integration.dspark_serve import DsparkServe
+from tests.integration.exposition import scrape
 
 WINDOW_S = 5.0
 PROBE_EVERY_S = 0.25
@@ -71,9 +72,7 @@ def scheduler_process(server: DsparkServe) -> psutil.Process:
 
 def test_a_default_serve_lists_the_dspark_metric_families(server):
     generate(server.url, 16)
-    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as response:
-        exposition = response.read().decode()
-    families = {line.split()[2] for line in exposition.splitlines() if line.startswith("# TYPE dspark_")}
+    families = {line.split()[2] for line in scrape(server.url).splitlines() if line.startswith("# TYPE dspark_")}
     assert {"dspark_rounds_total", "dspark_verify_length", "dspark_accepted_tokens_total", "dspark_state_version",
             "dspark_step_overhead_seconds", "dspark_gate_sub_requests_in_flight"} <= families, sorted(families)
 

@@ -11,10 +11,8 @@ third, with a draft vocabulary, drafts only its tokens.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -23,6 +21,7 @@ import torch
 from dspark.integration.server import SGLangServer, cpu_server_args, dspark_args, dspark_env
 from dspark.models.drafters.draft_vocab import save_draft_vocab
 
+from tests.integration.exposition import scrape, values_of
 from tests.integration.hf_reference import chat_prompt, hf_greedy
 from tests.paths import EMBEDDED, EMBEDDED_TARGET
 
@@ -88,11 +87,9 @@ def dspark_info(server) -> dict:
 
 
 def metric(server, name: str) -> float:
-    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as response:
-        text = response.read().decode()
-    values = re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", text, re.MULTILINE)
+    values = values_of(scrape(server.url), name)
     assert values, f"{name} not in /metrics"
-    return float(values[-1])
+    return values[-1]
 
 
 def test_without_a_table_the_schedulers_measure_one_with_sglangs_forward_for_the_planner(server, sps_cache):
