@@ -49,12 +49,21 @@ class SGLangBackend:
             raise ConfigError(f"the server did not apply the update: {replies!r}")
         return replies[0]
 
-    def ready(self) -> bool:
-        """SGLang's start-up is over, its warm-up request answered (GET /ready: 503 while starting or shutting down),
-        and the schedulers answer with their dspark state. SERVING any earlier let a client's requests in before
-        the warm-up, and a SIGTERM then (the drain refuses the warm-up) ended SGLang with them in flight."""
+    def started(self) -> bool:
+        """SGLang's start-up is over and its warm-up request answered (GET /ready: 503 while starting or shutting
+        down)."""
         try:
             self._call("GET", "/ready")
+            return True
+        except (ReplicaUnavailable, ConfigError):
+            return False
+
+    def ready(self) -> bool:
+        """Started, and the schedulers answer with their dspark state. SERVING any earlier let a client's requests in
+        before the warm-up, and a SIGTERM then (the drain refuses the warm-up) ended SGLang with them in flight."""
+        if not self.started():
+            return False
+        try:
             self.report()
             return True
         except (ReplicaUnavailable, ConfigError):

@@ -26,7 +26,9 @@ started again, with the live settings the sidecar handed over as its initial sta
 SGLang is not left dead: when it exits by itself (a scheduler crashed, say), it is started again after a back-off
 (1 s, doubling up to 30 s) with the live settings its schedulers last wrote, and the count of these restarts is
 `dspark_sglang_restarts` on /metrics. More than --max-restarts of them within RESTART_WINDOW_S and this command
-exits non-zero instead, so that Kubernetes sees a crash loop.
+exits non-zero instead, so that Kubernetes sees a crash loop. An SGLang that exits before it ever finished starting
+(GET /ready never answered 200: a flag it refuses, a model that does not load) is not started again: the same
+arguments would fail the same way, so this command exits non-zero at once.
 
 Request limits (`--max-body-bytes`, `--max-logprobs`, `--max-n`, `--max-queued-requests`, `--max-new-tokens`;
 integration/request_limits.py) bound every request to a route that starts model work (integration/request_gate.py).
@@ -67,6 +69,7 @@ from dspark.models.decoding.settings import VerifySettings
 from dspark.models.decoding.sps_paths import sps_write_dir
 from dspark.models.errors import ConfigError
 from dspark.models.target_io import load_target_config
+from dspark.ops.admin.backend import SGLangBackend
 from dspark.ops.admin.restart import RESTART_SIGNAL, CrashBudget, RestartChannel
 from dspark.ops.admin.sidecar import add_admin_args, add_otlp_args, admin_arg_list, check_admin_args, stop_sidecar
 from dspark.ops.arg_types import finite_float
@@ -195,6 +198,22 @@ def sidecar_command(args: argparse.Namespace) -> list[str]:
             "--supervisor-folder", str(secrets_dir(args)), *admin_arg_list(args)]
 
 
+def watch_start(server: subprocess.Popen, backend: SGLangBackend) -> threading.Event:
+    """An event set once `server` has finished its start-up (GET /ready answered 200); never set when it exits
+    first."""
+    started = threading.Event()
+
+    def watch() -> None:
+        while server.poll() is None:
+            if backend.started():
+                started.set()
+                return
+            time.sleep(1.0)
+
+    threading.Thread(target=watch, name="sglang-start-watch", daemon=True).start()
+    return started
+
+
 def wait_draining(server: subprocess.Popen, draining: threading.Event, drain_timeout: float) -> int:
     """SGLang's exit status; once `draining` is set it gets drain_timeout seconds, then its tree is killed (1)."""
     while server.poll() is None:
@@ -271,7 +290,8 @@ def run(args: argparse.Namespace) -> int:
     if args.profile_sps_only and (args.drafter is None or args.sps_table):
         raise ConfigError("--profile-sps-only measures the SPS table of a DSpark server: it needs --drafter and "
                           "no --sps-table")
-    write_secrets(secrets_dir(args), admin_key(args))
+    key = admin_key(args)
+    write_secrets(secrets_dir(args), key)
     restarts = RestartChannel(secrets_dir(args))
     restarts.reset()
     # A neutral working directory: `python -m` puts it on sys.path, and a checkout's bare kernels/ would shadow
@@ -285,6 +305,8 @@ def run(args: argparse.Namespace) -> int:
     if args.profile_sps_only:
         return profile_sps_only(server, args)
     restarts.record_start()
+    backend = SGLangBackend(local_url(args), key, timeout_s=5.0)
+    served = watch_start(server, backend)  # set once an SGLang of this command has finished starting
     sidecar_process = subprocess.Popen(sidecar, cwd=neutral) if sidecar else None
     stopping, draining = threading.Event(), threading.Event()
 
@@ -310,6 +332,11 @@ def run(args: argparse.Namespace) -> int:
             break
         if draining.is_set():  # a restart in place (the admin API's Restart): drained
             print(f"dspark serve: SGLang drained (status {code}); starting it again", file=sys.stderr, flush=True)
+        elif not served.is_set():  # the same arguments would fail the same way: not a crash to retry
+            print(f"dspark serve: SGLang exited (status {code}) before its first start-up finished (GET /ready never "
+                  "answered 200); not starting it again: see its error above", file=sys.stderr, flush=True)
+            code = code or 1
+            break
         else:  # SGLang exited by itself
             delay = crashes.next_delay()
             if delay is None:
@@ -324,6 +351,8 @@ def run(args: argparse.Namespace) -> int:
         draining.clear()
         server = start(restart_environment(base_env, restarts.live_settings(), gamma))
         restarts.record_start()
+        if not served.is_set():
+            served = watch_start(server, backend)
     if sidecar_process is not None:
         stop_sidecar(sidecar_process)
     return code

@@ -41,7 +41,8 @@ class DsparkServe:
         self.process: subprocess.Popen | None = None
 
     @classmethod
-    def alone(cls, folder: Path, dspark_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> "DsparkServe":
+    def alone(cls, folder: Path, dspark_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
+              sglang_args: tuple[str, ...] = ()) -> "DsparkServe":
         """A replica of its own under `folder`: its cache, an admin and a reader token file, no tracing; metrics on
         (`dspark serve`'s default)."""
         tokens = folder / "tokens"
@@ -49,8 +50,8 @@ class DsparkServe:
         for name in ("ops", "reader"):
             (tokens / name).write_text(f"{name}-token-of-a-test-replica\n")
         (folder / "replica").mkdir()
-        return cls(folder / "replica", folder / "cache", tokens / "ops", tokens / "reader", "", dspark_args=dspark_args,
-                   env=env)
+        return cls(folder / "replica", folder / "cache", tokens / "ops", tokens / "reader", "", *sglang_args,
+                   dspark_args=dspark_args, env=env)
 
     def start(self) -> "DsparkServe":
         self.process = subprocess.Popen(self.command, env=self.env, cwd=self.folder, stdout=self.log.open("w"),

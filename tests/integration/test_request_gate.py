@@ -23,11 +23,9 @@ import pytest
 
 from dspark.integration.request_gate import ModelBounds, Refused, check_body, parse
 from dspark.integration.request_limits import RequestLimits
-from dspark.integration.server import SGLangServer, cpu_server_args
 
 from tests.integration.dspark_serve import DsparkServe, target_greedy_answers
 from tests.integration.http_fuzz import VALID, fuzz_request
-from tests.paths import EMBEDDED_TARGET
 
 pytestmark = pytest.mark.slow
 
@@ -171,17 +169,21 @@ def test_every_route_sglang_serves_is_classed_and_every_generation_route_gated(t
 
 # ---------------------------------------------------------------- the real server
 
-def test_a_launch_that_would_serve_past_the_gate_stops_naming_each_setting(tmp_path):
-    """One launch with all of them (a launch costs about 11 s here): the refusal names each."""
-    flags = ["--tokenizer-worker-num", "2",  # one logprobs: 1000000 crashed the scheduler through a second worker
-             "--grpc-port", "50099", "--grpc-mode"]
-    server = SGLangServer(EMBEDDED_TARGET, extra_args=cpu_server_args() + flags, env={"SGLANG_RUST_SERVER": "1"},
-                          log_path=tmp_path / "server.log")
-    with pytest.raises(RuntimeError, match="exited with code") as failure:
-        server.start()
+def test_a_launch_that_would_serve_past_the_gate_stops_naming_each_setting_and_is_not_retried(tmp_path):
+    """One `dspark serve` with all of them (a launch costs about 11 s here): the refusal names each, and since the
+    same arguments would fail again, SGLang is not started a second time."""
+    flags = ("--tokenizer-worker-num", "2",  # one logprobs: 1000000 crashed the scheduler through a second worker
+             "--grpc-port", "50099", "--grpc-mode")
+    server = DsparkServe.alone(tmp_path, sglang_args=flags, env={"SGLANG_RUST_SERVER": "1"}).start()
+    try:
+        assert server.process.wait(timeout=300) != 0
+    finally:
+        server.stop()
+    log = server.log.read_text()
     for named in ("--tokenizer-worker-num must be 1, got 2", "--grpc-port must be left unset, got 50099",
                   "--grpc-mode / --smg-grpc-mode must be off", "SGLANG_RUST_SERVER must be unset"):
-        assert named in str(failure.value)
+        assert named in log
+    assert "before its first start-up finished" in log and "starting it again in" not in log, log[-3000:]
 
 
 def refused_400(field: str) -> str:
