@@ -1,0 +1,40 @@
+"""`dspark chat-prompts`: the built-in generated chat prompts as a prompts file, for `dspark regenerate`.
+
+    dspark chat-prompts --count 5000 --seed 8 --out prompts.jsonl
+    dspark regenerate --input prompts.jsonl --out replies.jsonl --target DIR
+
+models/training/chat_prompts.py says what they are (math, code and general user turns from templates over the
+standard library, none equal or near to an evaluation prompt). The same count, seed and standard library give the
+same file: {"turns": [text]} JSONL, one record a line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from dspark.models.embedded_target.corpus import default_stdlib_root, load_corpus
+from dspark.models.errors import ConfigError
+from dspark.models.training.chat_prompts import generate_chat_prompts
+
+MAX_COUNT = 1_000_000
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("chat-prompts", help="write the built-in generated chat prompts to a file",
+                                   description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, required=True, help=f"distinct prompts to write (3 to {MAX_COUNT})")
+    parser.add_argument("--seed", type=int, default=0, help="which draw (dspark train's built-in set is seed 0)")
+    parser.add_argument("--out", type=Path, required=True, help=".jsonl file to write")
+    parser.add_argument("--stdlib", type=Path, default=None, help="stdlib root (default: this interpreter's)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 3 <= args.count <= MAX_COUNT:
+        raise ConfigError(f"--count must be in [3, {MAX_COUNT}], got {args.count}")
+    records = generate_chat_prompts(load_corpus(args.stdlib or default_stdlib_root()), args.count, seed=args.seed)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    print(f"wrote {len(records)} chat prompts (seed {args.seed}) to {args.out}")
+    return 0
