@@ -241,20 +241,40 @@ smollm2-draft-vocabs: setup
 scaling-curve: setup
 	scripts/scaling_curve.sh
 
-# The demo's drafter (embedded/smollm2-dspark-regen, issue 45 item 7): the chat-vocab drafter trained 2 epochs (760
-# steps at batch 4) further through the new pipeline, on the 1,515 training conversations `make scaling-curve`
-# regenerated through SGLang (its first stage writes the file; 137,919 reply tokens), from the sharded feature store,
-# its loss over those replies' draft vocabulary; the held-out check every 152 steps keeps the best (step 608).
-# Features 6.5 min and training 19 min on the 2 cores.
+# The self-chat regen drafter (retired: bench/results/retired-drafters/smollm2-dspark-regen-selfchat; the demo's
+# until the one below): the chat-vocab drafter trained 2 epochs (760 steps at batch 4) further through the new
+# pipeline, on the 1,515 training conversations `make scaling-curve` regenerated through SGLang (its first stage
+# writes the file; 137,919 reply tokens), from the sharded feature store, its loss over those replies' draft
+# vocabulary; the held-out check every 152 steps keeps the best (step 608). Features 6.5 min and training 19 min on
+# the 2 cores.
 SCALING_REPLIES := $(DSPARK_CACHE)/scaling/replies.jsonl
-.PHONY: smollm2-regen-drafter
-smollm2-regen-drafter: setup
+.PHONY: smollm2-regen-selfchat-drafter
+smollm2-regen-selfchat-drafter: setup
 	@test -s $(SCALING_REPLIES) || { echo "$(SCALING_REPLIES) is missing: make scaling-curve regenerates it"; exit 1; }
 	$(DSPARK) train --target $(SMOLLM2) --data $(SCALING_REPLIES) $(SMOLLM2_DSPARK) --block-size 6 \
 		--target-layer-ids 2 15 27 --mask-token-id 0 --init-from-drafter $(RETIRED)/smollm2-dspark-chat-vocab \
 		--loss-over-draft-vocab --prompt-len 256 --response-len 96 --n-anchors 48 --batch-size 4 --lr 5e-4 \
 		--steps 760 --eval-every 152 --eval-samples 32 --feature-cache $(DSPARK_CACHE)/train-features \
 		--checkpoint-every 50 --log-every 10 --slim --save-dtype bfloat16 --threads 2 --resume \
+		--out $(RETIRED)/smollm2-dspark-regen-selfchat --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-regen-selfchat
+
+# The demo's drafter (embedded/smollm2-dspark-regen, issue 45 item 7): that drafter trained one epoch (850 steps at
+# batch 4) further on fresh replies: SmolLM2's own, regenerated through SGLang's Engine (DeepSpec's sampling, at most
+# 96 tokens), to a new draw of the built-in chat prompts (`dspark chat-prompts` seed 8: math, code and general
+# templates; none equal or near an eval or demo prompt). The committed run was cut at 3,580 conversations (324,015
+# reply tokens; 62 min at 87 tokens/s); target features online; the held-out check every 170 steps keeps the best.
+# Training 58 min on the 2 cores. Interrupted? Run it again: regenerate and train resume.
+TEMPLATE_REPLIES := $(DSPARK_CACHE)/regen-templates/replies.jsonl
+.PHONY: smollm2-regen-drafter
+smollm2-regen-drafter: setup
+	$(DSPARK) chat-prompts --count 5000 --seed 8 --out $(DSPARK_CACHE)/regen-templates/prompts.jsonl
+	$(DSPARK) regenerate --input $(DSPARK_CACHE)/regen-templates/prompts.jsonl --out $(TEMPLATE_REPLIES) \
+		--target $(SMOLLM2) --device cpu --max-new-tokens 96 --concurrency 32 --limit 3580
+	$(DSPARK) train --target $(SMOLLM2) --data $(TEMPLATE_REPLIES) $(SMOLLM2_DSPARK) --block-size 6 \
+		--target-layer-ids 2 15 27 --mask-token-id 0 --init-from-drafter $(RETIRED)/smollm2-dspark-regen-selfchat \
+		--loss-over-draft-vocab --prompt-len 256 --response-len 96 --n-anchors 48 --batch-size 4 --lr 5e-4 \
+		--steps 850 --eval-every 170 --eval-samples 32 --checkpoint-every 50 --log-every 10 --slim \
+		--save-dtype bfloat16 --threads 2 --resume \
 		--out embedded/smollm2-dspark-regen --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-regen
 
 # Kubernetes (docs/deploy.md). The toolchain lives in $(DSPARK_CACHE)/k8s/bin: helm, kubectl and,
