@@ -28,6 +28,7 @@ from dspark.models.errors import ConfigError
 
 BOXED = "Please reason step by step, and put your final answer within \\boxed{}."
 NEAR_DUPLICATE_JACCARD = 0.5
+MIN_CHAT_PROMPTS = 3  # one of each family
 
 NAMES = ("Amara", "Ben", "Chloe", "Diego", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kira", "Liam",
          "Maya", "Noah", "Olga", "Pavel", "Quinn", "Rosa", "Sami", "Tara", "Umar", "Vera", "Wen", "Yusuf", "Zoe")
@@ -58,8 +59,8 @@ SUBJECTS = ("a broken heating system", "a delayed project deadline", "a request 
 
 def generate_chat_prompts(stdlib: Corpus, count: int = 6000, seed: int = 0) -> list[dict]:
     """`count` distinct {"turns": [text]} records, a third per family (module docstring), shuffled."""
-    if count < 3:
-        raise ConfigError(f"chat prompt count must be >= 3, got {count}")
+    if count < MIN_CHAT_PROMPTS:
+        raise ConfigError(f"chat prompt count must be >= {MIN_CHAT_PROMPTS}, got {count}")
     rng = random.Random(seed)
     functions = stdlib_functions(stdlib)
     families = (lambda: math_prompt(rng), lambda: code_prompt(rng, functions), lambda: general_prompt(rng))

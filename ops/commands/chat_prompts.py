@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dspark.models.embedded_target.corpus import default_stdlib_root, load_corpus
 from dspark.models.errors import ConfigError
-from dspark.models.training.chat_prompts import generate_chat_prompts
+from dspark.models.training.chat_prompts import MIN_CHAT_PROMPTS, generate_chat_prompts
 
 MAX_COUNT = 1_000_000
 
@@ -23,7 +23,8 @@ MAX_COUNT = 1_000_000
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("chat-prompts", help="write the built-in generated chat prompts to a file",
                                    description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, required=True, help=f"distinct prompts to write (3 to {MAX_COUNT})")
+    parser.add_argument("--count", type=int, required=True,
+                        help=f"distinct prompts to write ({MIN_CHAT_PROMPTS} to {MAX_COUNT})")
     parser.add_argument("--seed", type=int, default=0, help="which draw (dspark train's built-in set is seed 0)")
     parser.add_argument("--out", type=Path, required=True, help=".jsonl file to write")
     parser.add_argument("--stdlib", type=Path, default=None, help="stdlib root (default: this interpreter's)")
@@ -31,8 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 3 <= args.count <= MAX_COUNT:
-        raise ConfigError(f"--count must be in [3, {MAX_COUNT}], got {args.count}")
+    if not MIN_CHAT_PROMPTS <= args.count <= MAX_COUNT:
+        raise ConfigError(f"--count must be in [{MIN_CHAT_PROMPTS}, {MAX_COUNT}], got {args.count}")
     records = generate_chat_prompts(load_corpus(args.stdlib or default_stdlib_root()), args.count, seed=args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
