@@ -13,7 +13,8 @@ residual max(p - q, 0) covers the tokens the drafter cannot propose. The cost is
 target token lies outside the draft vocabulary.
 
 A drafter checkpoint directory may hold `draft_vocab.json` (`dspark train` writes it from its training replies;
-`--only-draft-vocab` writes it alone for a drafter trained before):
+`--only-draft-vocab` writes it alone for a drafter trained before; a fine-tune, `--init-from-drafter`, keeps the
+vocabulary of the drafter it starts from whole and adds the new replies' most frequent tokens up to the size):
 
     {"token_ids": [...],        sorted, distinct, each < the target's vocab_size
      "source": "...",           what was counted
@@ -54,14 +55,20 @@ class DraftVocab(nn.Module):
         return full.index_copy_(-1, self.token_ids, probs)
 
 
-def most_frequent(token_ids: torch.Tensor, vocab_size: int, size: int) -> tuple[torch.Tensor, float]:
+def most_frequent(token_ids: torch.Tensor, vocab_size: int, size: int,
+                  keep: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, float]:
     """(the `size` most frequent of token_ids' values, sorted; the share of token_ids they cover). Fewer when
-    fewer distinct values occur; ties broken towards the smaller id."""
+    fewer distinct values occur; ties broken towards the smaller id.
+
+    keep: token ids that stay in whole (a fine-tuned drafter's vocabulary, whose rows are already trained); the
+    most frequent of the other values fill what is left of `size`, if anything."""
     if size < 1:
         raise ValueError(f"a draft vocabulary needs at least one token, asked for {size}")
     counts = torch.bincount(token_ids.flatten(), minlength=vocab_size)
-    order = torch.sort(counts, descending=True, stable=True).indices[:size]
-    chosen = order[counts[order] > 0].sort().values
+    kept = torch.empty(0, dtype=torch.long) if keep is None else keep.to(torch.long)
+    candidates = counts.index_fill(0, kept, 0)
+    order = torch.sort(candidates, descending=True, stable=True).indices[:max(0, size - len(kept))]
+    chosen = torch.cat([kept, order[candidates[order] > 0]]).sort().values
     return chosen, counts[chosen].sum().item() / max(1, token_ids.numel())
 
 

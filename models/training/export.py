@@ -13,18 +13,25 @@ import torch
 
 from dspark.models.checkpoint import save_drafter
 from dspark.models.drafters import Drafter, DrafterConfig
-from dspark.models.drafters.draft_vocab import most_frequent, save_draft_vocab
+from dspark.models.drafters.draft_vocab import load_draft_vocab, most_frequent, save_draft_vocab
 from dspark.models.embedded_target.corpus import Corpus
+from dspark.models.portable_paths import portable
 from dspark.models.training.data import DataConfig, TokenDataset
 
 
 def write_draft_vocab(job: "TrainJob", dataset: TokenDataset, vocab_size: int) -> Path:
-    """draft_vocab.json in the export directory: the job.draft_vocab_size most frequent tokens the loss reads."""
+    """draft_vocab.json in the export directory: the job.draft_vocab_size most frequent tokens the loss reads. A
+    fine-tune keeps the draft vocabulary of the drafter it starts from whole: its rows are the trained ones, and a
+    recount over fewer, newer replies would drop tokens it drafts well."""
     trained = dataset.input_ids[dataset.loss_mask]
-    token_ids, coverage = most_frequent(trained, vocab_size, job.draft_vocab_size)
+    kept = None if job.init_from_drafter is None else load_draft_vocab(job.init_from_drafter, vocab_size)
+    token_ids, coverage = most_frequent(trained, vocab_size, job.draft_vocab_size, keep=kept)
     generation = "under bf16 autocast" if job.train.bf16 else "in float32"
-    source = (f"the {len(token_ids)} most frequent of the {trained.numel()} trained tokens of `dspark train`'s data "
-              f"({len(dataset)} samples, {job.data.source} source, seed {job.data.seed}, generated {generation})")
+    counted = (f"{trained.numel()} trained tokens of `dspark train`'s data ({len(dataset)} samples, {job.data.source} "
+               f"source, seed {job.data.seed}, generated {generation})")
+    source = (f"the {len(token_ids)} most frequent of the {counted}" if kept is None else
+              f"the {len(kept)} of {portable(job.init_from_drafter)}'s draft vocabulary and "
+              f"{len(token_ids) - len(kept)} more, the most frequent of the {counted}")
     job.out_dir.mkdir(parents=True, exist_ok=True)
     return save_draft_vocab(job.out_dir, token_ids, source, trained.numel(), coverage)
 

@@ -58,7 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="torchrun: how long a rank waits at a collective (rank 0 generating the data or a rank "
                          "writing its feature shard keeps the others waiting), in [1, 10080]")
     io.add_argument("--draft-vocab-size", type=int, default=8192,
-                    help="tokens in the exported draft_vocab.json: the most frequent the loss reads "
+                    help="tokens in the exported draft_vocab.json: the most frequent the loss reads; with "
+                         "--init-from-drafter, that drafter's vocabulary whole, then the most frequent it lacks "
                          "(models/drafters/draft_vocab.py)")
     io.add_argument("--loss-over-draft-vocab", action="store_true",
                     help="DSpark/DFlash: compute the drafter's logits and the loss over that draft vocabulary only, "

@@ -28,6 +28,16 @@ def test_most_frequent_returns_fewer_when_fewer_tokens_occur():
         most_frequent(torch.tensor([1]), vocab_size=4, size=0)
 
 
+def test_most_frequent_keeps_a_given_vocabulary_whole_and_fills_the_rest_by_frequency():
+    tokens = torch.tensor([5, 5, 5, 2, 2, 9, 7, 7, 7, 7])
+    ids, coverage = most_frequent(tokens, vocab_size=10, size=3, keep=torch.tensor([1, 9]))
+    assert ids.tolist() == [1, 7, 9] and coverage == pytest.approx(0.5)  # 1 never occurs, yet stays
+    ids, _ = most_frequent(tokens, vocab_size=10, size=2, keep=torch.tensor([1, 2, 9]))
+    assert ids.tolist() == [1, 2, 9], "a kept vocabulary larger than size stays whole"
+    ids, coverage = most_frequent(tokens, vocab_size=10, size=8, keep=torch.tensor([2]))
+    assert ids.tolist() == [2, 5, 7, 9] and coverage == 1.0
+
+
 def test_a_saved_vocabulary_loads_back(tmp_path):
     save_draft_vocab(tmp_path, torch.tensor([0, 4, 9]), "a test", counted_tokens=12, coverage=0.75)
     assert load_draft_vocab(tmp_path, vocab_size=10).tolist() == [0, 4, 9]

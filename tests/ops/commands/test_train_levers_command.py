@@ -10,7 +10,7 @@ from test_train_command import _args, tiny_setup  # noqa: F401  (the module fixt
 from transformers import AutoConfig
 
 from dspark.models.checkpoint import is_compact, load_drafter
-from dspark.models.drafters.draft_vocab import load_draft_vocab
+from dspark.models.drafters.draft_vocab import load_draft_vocab, save_draft_vocab
 from dspark.ops.cli import main
 from dspark.ops.commands import train as train_command
 
@@ -73,19 +73,26 @@ def test_init_from_drafter_fine_tunes_a_trained_drafter_and_refuses_another(tiny
 def test_loss_over_draft_vocab_trains_only_that_vocabulary(tiny_setup, tmp_path):  # noqa: F811
     """The Markov W2 rows of tokens outside draft_vocab.json never get a gradient (no weight decay: they stay
     exactly as they started in the training state) while those inside are trained; the export keeps only the
-    trained rows (a compact checkpoint: zeros outside once loaded); the card says how the loss ran."""
+    trained rows (a compact checkpoint: zeros outside once loaded); the card says how the loss ran. The fine-tune's
+    vocabulary keeps the one of the drafter it starts from whole and adds the most frequent tokens it lacks."""
     root, target_dir, lib = tiny_setup
     trained, tuned = tmp_path / "trained", tmp_path / "tuned"
     assert main(_args(root, target_dir, lib, "dspark", trained, "--eval-samples", "0", "--save-dtype", "float32")) == 0
+    vocab_size = AutoConfig.from_pretrained(str(target_dir)).vocab_size
+    started = torch.arange(vocab_size - 16, vocab_size)  # the top ids: ones a recount of the data would not pick
+    save_draft_vocab(trained, started, "the test's", counted_tokens=0, coverage=0.0)
     assert main(_args(root, target_dir, lib, "dspark", tuned, "--init-from-drafter", str(trained),
                       "--loss-over-draft-vocab", "--draft-vocab-size", "24", "--weight-decay", "0", "--lr", "1e-2",
                       "--save-dtype", "float32")) == 0
-    vocab = load_draft_vocab(tuned, AutoConfig.from_pretrained(str(target_dir)).vocab_size)
+    vocab = load_draft_vocab(tuned, vocab_size)
+    assert len(vocab) == 24 and set(started.tolist()) < set(vocab.tolist())
+    source = json.loads((tuned / "draft_vocab.json").read_text())["source"]
+    assert f"the 16 of {trained}'s draft vocabulary and 8 more" in source
     start, exported = (load_weights(path, target_dir)["markov_head.markov_w2.weight"] for path in (trained, tuned))
     latest = tuned / "work" / "checkpoints" / (tuned / "work" / "checkpoints" / "latest").read_text().strip()
     after = torch.load(latest / "trainer_state.pt", weights_only=False)["drafter"]["markov_head.markov_w2.weight"]
     outside = torch.ones(len(start), dtype=torch.bool).index_fill_(0, vocab, False)
-    assert len(vocab) == 24 and torch.equal(after[outside], start[outside])
+    assert torch.equal(after[outside], start[outside])
     assert not torch.allclose(after[vocab], start[vocab])
     assert is_compact(tuned) and torch.equal(exported[vocab], after[vocab]) and not exported[outside].any()
     card = (tuned / "README.md").read_text()
