@@ -258,22 +258,44 @@ smollm2-regen-selfchat-drafter: setup
 		--checkpoint-every 50 --log-every 10 --slim --save-dtype bfloat16 --threads 2 --resume \
 		--out $(RETIRED)/smollm2-dspark-regen-selfchat --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-regen-selfchat
 
-# The demo's drafter (embedded/smollm2-dspark-regen, issue 45 item 7): that drafter trained one epoch (850 steps at
-# batch 4) further on fresh replies: SmolLM2's own, regenerated through SGLang's Engine (DeepSpec's sampling, at most
-# 96 tokens), to a new draw of the built-in chat prompts (`dspark chat-prompts` seed 8: math, code and general
-# templates; none equal or near an eval or demo prompt). The committed run was cut at 3,580 conversations (324,015
-# reply tokens; 62 min at 87 tokens/s); target features online; the held-out check every 170 steps keeps the best.
-# Training 58 min on the 2 cores. Interrupted? Run it again: regenerate and train resume.
+# The template regen drafter (retired: bench/results/retired-drafters/smollm2-dspark-regen-templates; the demo's
+# until the one below): that drafter trained one epoch (850 steps at batch 4) further on fresh replies: SmolLM2's
+# own, regenerated through SGLang's Engine (DeepSpec's sampling, at most 96 tokens), to a new draw of the built-in
+# chat prompts (`dspark chat-prompts` seed 8: math, code and general templates; none equal or near an eval or demo
+# prompt). Its run was cut at 3,580 conversations (324,015 reply tokens; 62 min at 87 tokens/s); target features
+# online; the held-out check every 170 steps keeps the best. Training 58 min on the 2 cores. Interrupted? Run it
+# again: regenerate and train resume.
+TEMPLATE_PROMPTS := $(DSPARK_CACHE)/regen-templates/prompts.jsonl
 TEMPLATE_REPLIES := $(DSPARK_CACHE)/regen-templates/replies.jsonl
-.PHONY: smollm2-regen-drafter
-smollm2-regen-drafter: setup
-	$(DSPARK) chat-prompts --count 5000 --seed 8 --out $(DSPARK_CACHE)/regen-templates/prompts.jsonl
-	$(DSPARK) regenerate --input $(DSPARK_CACHE)/regen-templates/prompts.jsonl --out $(TEMPLATE_REPLIES) \
+.PHONY: smollm2-regen-templates-drafter
+smollm2-regen-templates-drafter: setup
+	$(DSPARK) chat-prompts --count 5000 --seed 8 --out $(TEMPLATE_PROMPTS)
+	$(DSPARK) regenerate --input $(TEMPLATE_PROMPTS) --out $(TEMPLATE_REPLIES) \
 		--target $(SMOLLM2) --device cpu --max-new-tokens 96 --concurrency 32 --limit 3580
 	$(DSPARK) train --target $(SMOLLM2) --data $(TEMPLATE_REPLIES) $(SMOLLM2_DSPARK) --block-size 6 \
 		--target-layer-ids 2 15 27 --mask-token-id 0 --init-from-drafter $(RETIRED)/smollm2-dspark-regen-selfchat \
 		--loss-over-draft-vocab --prompt-len 256 --response-len 96 --n-anchors 48 --batch-size 4 --lr 5e-4 \
 		--steps 850 --eval-every 170 --eval-samples 32 --checkpoint-every 50 --log-every 10 --slim \
+		--save-dtype bfloat16 --threads 2 --resume \
+		--out $(RETIRED)/smollm2-dspark-regen-templates --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-regen-templates
+
+# The demo's drafter (embedded/smollm2-dspark-regen, issue 45 item 7): that drafter trained one epoch (335 steps at
+# batch 4) further on the replies to the other 1,420 prompts of the same draw (127,904 reply tokens; 24 min at 90
+# tokens/s), keeping its draft vocabulary (--init-from-drafter does); features online; training 21 min on the 2
+# cores. The greedy-matched loss on the same replies did no better (bench/results/smollm2/fresh-replies-loss/).
+REST_PROMPTS := $(DSPARK_CACHE)/regen-templates/prompts-rest.jsonl
+REST_REPLIES := $(DSPARK_CACHE)/regen-templates/replies-rest.jsonl
+.PHONY: smollm2-regen-drafter
+smollm2-regen-drafter: setup
+	@test -s $(RETIRED)/smollm2-dspark-regen-templates/model.safetensors || \
+		{ echo "$(RETIRED)/smollm2-dspark-regen-templates is missing: make smollm2-regen-templates-drafter"; exit 1; }
+	tail -n +3581 $(TEMPLATE_PROMPTS) > $(REST_PROMPTS)
+	$(DSPARK) regenerate --input $(REST_PROMPTS) --out $(REST_REPLIES) \
+		--target $(SMOLLM2) --device cpu --max-new-tokens 96 --concurrency 32
+	$(DSPARK) train --target $(SMOLLM2) --data $(REST_REPLIES) $(SMOLLM2_DSPARK) --block-size 6 \
+		--target-layer-ids 2 15 27 --mask-token-id 0 --init-from-drafter $(RETIRED)/smollm2-dspark-regen-templates \
+		--loss-over-draft-vocab --prompt-len 256 --response-len 96 --n-anchors 48 --batch-size 4 --lr 5e-4 \
+		--steps 335 --eval-every 335 --eval-samples 32 --checkpoint-every 50 --log-every 10 --slim \
 		--save-dtype bfloat16 --threads 2 --resume \
 		--out embedded/smollm2-dspark-regen --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-regen
 

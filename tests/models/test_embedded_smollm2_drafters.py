@@ -42,7 +42,10 @@ def test_demo_drafter_has_a_card_and_a_finished_run():
     card = (DEMO_DRAFTER / "README.md").read_text()
     assert f"{job['steps']} optimizer steps" in card and "--data " in card and "--slim" in card
     assert "## Stored compactly" in card
-    assert log["history"][-1]["loss"] < log["history"][0]["loss"], "training did not lower the loss"
+    # Thirds, not the first and last window: a fine-tune starts low, and one 10-step window of 40 samples is noisy.
+    losses = [entry["loss"] for entry in log["history"]]
+    third = len(losses) // 3
+    assert third and sum(losses[-third:]) < sum(losses[:third]), "training did not lower the loss"
 
 
 def test_retired_drafters_keep_their_cards_and_logs():
