@@ -248,14 +248,18 @@ scaling-curve: setup
 # vocabulary; the held-out check every 152 steps keeps the best (step 608). Features 6.5 min and training 19 min on
 # the 2 cores.
 SCALING_REPLIES := $(DSPARK_CACHE)/scaling/replies.jsonl
+# What the regen fine-tunes below share: the demo drafter's shape, its loss over the draft vocabulary, the batch.
+REGEN_FINE_TUNE := $(SMOLLM2_DSPARK) --block-size 6 --target-layer-ids 2 15 27 --mask-token-id 0 \
+	--loss-over-draft-vocab --prompt-len 256 --response-len 96 --n-anchors 48 --batch-size 4 --lr 5e-4 \
+	--eval-samples 32 --checkpoint-every 50 --log-every 10 --slim --save-dtype bfloat16 --threads 2 --resume
+# How they regenerate replies: SGLang's Engine on this CPU, DeepSpec's sampling, at most 96 tokens.
+REGENERATE_CPU := --target $(SMOLLM2) --device cpu --max-new-tokens 96 --concurrency 32
 .PHONY: smollm2-regen-selfchat-drafter
 smollm2-regen-selfchat-drafter: setup
 	@test -s $(SCALING_REPLIES) || { echo "$(SCALING_REPLIES) is missing: make scaling-curve regenerates it"; exit 1; }
-	$(DSPARK) train --target $(SMOLLM2) --data $(SCALING_REPLIES) $(SMOLLM2_DSPARK) --block-size 6 \
-		--target-layer-ids 2 15 27 --mask-token-id 0 --init-from-drafter $(RETIRED)/smollm2-dspark-chat-vocab \
-		--loss-over-draft-vocab --prompt-len 256 --response-len 96 --n-anchors 48 --batch-size 4 --lr 5e-4 \
-		--steps 760 --eval-every 152 --eval-samples 32 --feature-cache $(DSPARK_CACHE)/train-features \
-		--checkpoint-every 50 --log-every 10 --slim --save-dtype bfloat16 --threads 2 --resume \
+	$(DSPARK) train --target $(SMOLLM2) --data $(SCALING_REPLIES) $(REGEN_FINE_TUNE) \
+		--init-from-drafter $(RETIRED)/smollm2-dspark-chat-vocab --steps 760 --eval-every 152 \
+		--feature-cache $(DSPARK_CACHE)/train-features \
 		--out $(RETIRED)/smollm2-dspark-regen-selfchat --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-regen-selfchat
 
 # The template regen drafter (retired: bench/results/retired-drafters/smollm2-dspark-regen-templates; the demo's
@@ -267,16 +271,14 @@ smollm2-regen-selfchat-drafter: setup
 # again: regenerate and train resume.
 TEMPLATE_PROMPTS := $(DSPARK_CACHE)/regen-templates/prompts.jsonl
 TEMPLATE_REPLIES := $(DSPARK_CACHE)/regen-templates/replies.jsonl
+TEMPLATE_LIMIT := 3580
 .PHONY: smollm2-regen-templates-drafter
 smollm2-regen-templates-drafter: setup
 	$(DSPARK) chat-prompts --count 5000 --seed 8 --out $(TEMPLATE_PROMPTS)
-	$(DSPARK) regenerate --input $(TEMPLATE_PROMPTS) --out $(TEMPLATE_REPLIES) \
-		--target $(SMOLLM2) --device cpu --max-new-tokens 96 --concurrency 32 --limit 3580
-	$(DSPARK) train --target $(SMOLLM2) --data $(TEMPLATE_REPLIES) $(SMOLLM2_DSPARK) --block-size 6 \
-		--target-layer-ids 2 15 27 --mask-token-id 0 --init-from-drafter $(RETIRED)/smollm2-dspark-regen-selfchat \
-		--loss-over-draft-vocab --prompt-len 256 --response-len 96 --n-anchors 48 --batch-size 4 --lr 5e-4 \
-		--steps 850 --eval-every 170 --eval-samples 32 --checkpoint-every 50 --log-every 10 --slim \
-		--save-dtype bfloat16 --threads 2 --resume \
+	$(DSPARK) regenerate --input $(TEMPLATE_PROMPTS) --out $(TEMPLATE_REPLIES) $(REGENERATE_CPU) \
+		--limit $(TEMPLATE_LIMIT)
+	$(DSPARK) train --target $(SMOLLM2) --data $(TEMPLATE_REPLIES) $(REGEN_FINE_TUNE) \
+		--init-from-drafter $(RETIRED)/smollm2-dspark-regen-selfchat --steps 850 --eval-every 170 \
 		--out $(RETIRED)/smollm2-dspark-regen-templates --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-regen-templates
 
 # The demo's drafter (embedded/smollm2-dspark-regen, issue 45 item 7): that drafter trained one epoch (335 steps at
@@ -289,14 +291,10 @@ REST_REPLIES := $(DSPARK_CACHE)/regen-templates/replies-rest.jsonl
 smollm2-regen-drafter: setup
 	@test -s $(RETIRED)/smollm2-dspark-regen-templates/model.safetensors || \
 		{ echo "$(RETIRED)/smollm2-dspark-regen-templates is missing: make smollm2-regen-templates-drafter"; exit 1; }
-	tail -n +3581 $(TEMPLATE_PROMPTS) > $(REST_PROMPTS)
-	$(DSPARK) regenerate --input $(REST_PROMPTS) --out $(REST_REPLIES) \
-		--target $(SMOLLM2) --device cpu --max-new-tokens 96 --concurrency 32
-	$(DSPARK) train --target $(SMOLLM2) --data $(REST_REPLIES) $(SMOLLM2_DSPARK) --block-size 6 \
-		--target-layer-ids 2 15 27 --mask-token-id 0 --init-from-drafter $(RETIRED)/smollm2-dspark-regen-templates \
-		--loss-over-draft-vocab --prompt-len 256 --response-len 96 --n-anchors 48 --batch-size 4 --lr 5e-4 \
-		--steps 335 --eval-every 335 --eval-samples 32 --checkpoint-every 50 --log-every 10 --slim \
-		--save-dtype bfloat16 --threads 2 --resume \
+	tail -n +$$(( $(TEMPLATE_LIMIT) + 1 )) $(TEMPLATE_PROMPTS) > $(REST_PROMPTS)
+	$(DSPARK) regenerate --input $(REST_PROMPTS) --out $(REST_REPLIES) $(REGENERATE_CPU)
+	$(DSPARK) train --target $(SMOLLM2) --data $(REST_REPLIES) $(REGEN_FINE_TUNE) \
+		--init-from-drafter $(RETIRED)/smollm2-dspark-regen-templates --steps 335 --eval-every 335 \
 		--out embedded/smollm2-dspark-regen --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-regen
 
 # Kubernetes (docs/deploy.md). The toolchain lives in $(DSPARK_CACHE)/k8s/bin: helm, kubectl and,
