@@ -43,6 +43,7 @@ ADMIN, READER = "admin", "reader"
 READ_RPCS = ("GetState", "WatchState", "History")
 AUDIT_MAX_BYTES, AUDIT_KEEP = 10 << 20, 5
 QUIET_S = 1.0
+MIN_TOKEN_CHARS = 16
 FOLDED = ("unauthenticated", "permission_denied", "resource_exhausted")
 FIELD_CHARS = {"caller": 256, "peer": 256, "detail": 1024, "diff": 2048}
 
@@ -69,9 +70,9 @@ class TokenBook:
                     raise ConfigError(f"admin token file names must be at most {MAX_CALLER} characters (the name is "
                                       f"the caller), got {shown(path.name)}")
                 token = path.read_text().strip()
-                if len(token) < 16:
+                if len(token) < MIN_TOKEN_CHARS:
                     raise ConfigError(f"admin token file {path} holds a token of {len(token)} characters; "
-                                      f"use at least 16 (e.g. `openssl rand -hex 32`)")
+                                      f"use at least {MIN_TOKEN_CHARS} (e.g. `openssl rand -hex 32`)")
                 entries.append((path.name, role, token))
         return cls(tuple(entries))
 

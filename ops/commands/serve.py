@@ -71,6 +71,7 @@ from dspark.models.errors import ConfigError
 from dspark.models.target_io import load_target_config
 from dspark.ops.admin.backend import SGLangBackend
 from dspark.ops.admin.restart import RESTART_SIGNAL, CrashBudget, RestartChannel
+from dspark.ops.admin.security import MIN_TOKEN_CHARS
 from dspark.ops.admin.sidecar import add_admin_args, add_otlp_args, admin_arg_list, check_admin_args, stop_sidecar
 from dspark.ops.arg_types import finite_float
 from dspark.ops.commands.settings_args import add_settings_args, settings_from_args, values_from_args
@@ -132,13 +133,23 @@ def secrets_dir(args: argparse.Namespace) -> Path:
 
 
 def admin_key(args: argparse.Namespace) -> str:
-    """SGLang's admin key: --http-admin-key-file, else the first admin token, else a fresh random key."""
+    """SGLang's admin key: --http-admin-key-file, else the first admin token, else a fresh random key.
+
+    SGLang turns its config file into command-line words (`--admin-api-key KEY`), so a key that starts with "-"
+    reads as a flag and SGLang exits at start: generated keys are hex, and a given one is refused."""
     source = args.http_admin_key_file or (args.admin_token_file[0] if args.admin_token_file else None)
     if source is None:
-        return secrets.token_urlsafe(32)
+        return secrets.token_hex(32)
     if not Path(source).is_file():
         raise ConfigError(f"admin key file {source} does not exist")
-    return Path(source).read_text().strip()
+    key = Path(source).read_text().strip()
+    if len(key) < MIN_TOKEN_CHARS:
+        raise ConfigError(f"admin key file {source} holds a key of {len(key)} characters; use at least "
+                          f"{MIN_TOKEN_CHARS} (e.g. `openssl rand -hex 32`)")
+    if key.startswith("-"):
+        raise ConfigError(f"admin key file {source} holds a key that starts with '-', which SGLang reads as a "
+                          f"flag; use a key that starts with a letter or digit (e.g. `openssl rand -hex 32`)")
+    return key
 
 
 def write_secrets(folder: Path, key: str) -> None:
@@ -280,6 +291,7 @@ def kill_tree(pid: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     command, env, cpu = server_command(args)
+    key = admin_key(args)
     added = {**env, **(CPU_ENV if cpu else {})}
     print(" ".join(f"{k}={shlex.quote(v)}" for k, v in added.items()), shlex.join(command))
     sidecar = sidecar_command(args) if args.admin_port is not None else None
@@ -290,7 +302,6 @@ def run(args: argparse.Namespace) -> int:
     if args.profile_sps_only and (args.drafter is None or args.sps_table):
         raise ConfigError("--profile-sps-only measures the SPS table of a DSpark server: it needs --drafter and "
                           "no --sps-table")
-    key = admin_key(args)
     write_secrets(secrets_dir(args), key)
     restarts = RestartChannel(secrets_dir(args))
     restarts.reset()

@@ -1,10 +1,12 @@
 """`dspark serve --dry-run`: the SGLang command and environment it would start, and its input checks."""
 import json
+import re
 import shlex
 
 import pytest
 
-from dspark.ops.cli import main
+from dspark.ops.cli import build_parser, main
+from dspark.ops.commands.serve import admin_key
 
 from tests.paths import EMBEDDED, EMBEDDED_TARGET
 
@@ -78,6 +80,23 @@ def test_the_admin_sidecar_and_sglangs_admin_key_never_on_a_command_line(capsys,
     assert sidecar[1:5] == ["-m", "dspark.ops.cli", "admin-server", "--sglang-url"]
     assert flag(sidecar, "--sglang-url") == "http://127.0.0.1:31235" and flag(sidecar, "--admin-port") == "31236"
     assert flag(sidecar, "--admin-token-file") == str(token.resolve())
+
+
+@pytest.mark.parametrize("key, problem", [
+    ("abc", "holds a key of 3 characters; use at least 16"),
+    ("-" + "x" * 31, "starts with '-', which SGLang reads as a flag"),  # SGLang passes it as `--admin-api-key KEY`
+])
+def test_an_unusable_http_admin_key_is_refused_by_name(capsys, tmp_path, key, problem):
+    (tmp_path / "key").write_text(key)
+    assert main(BASE + ["--no-spec", "--http-admin-key-file", str(tmp_path / "key")]) == 2
+    assert f"admin key file {tmp_path / 'key'} " in (err := capsys.readouterr().err) and problem in err
+
+
+def test_a_generated_admin_key_is_hex_so_sglang_never_reads_it_as_a_flag():
+    argv = BASE + ["--drafter", str(EMBEDDED / "dspark")]
+    args = build_parser(argv).parse_args(argv)
+    keys = {admin_key(args) for _ in range(64)}
+    assert len(keys) == 64 and all(re.fullmatch("[0-9a-f]{64}", key) for key in keys)
 
 
 @pytest.mark.parametrize("args, problem", [
