@@ -84,6 +84,8 @@ def handle(args: argparse.Namespace) -> int:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     if (args.api_key_file is not None or args.model is not None) and args.endpoint is None:
         raise ConfigError("--api-key-file and --model are read with --endpoint only")
+    if args.api_key_file is not None and not args.api_key_file.is_file():
+        raise ConfigError(f"--api-key-file {args.api_key_file} does not exist")
     if args.device is not None and args.target is None:
         raise ConfigError("--device is where --target's Engine runs; an --endpoint runs where it is served")
     sampling = ReplySampling(**{f.name: getattr(args, f.name) for f in fields(ReplySampling)})
