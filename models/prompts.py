@@ -5,12 +5,12 @@ random.Random(980406) and cut to the cap; caps are DeepSpec's per-dataset defaul
 Prompts become token ids through the target's chat template: one user message, no system prompt,
 add_generation_prompt=True, enable_thinking=False, then encoded without special tokens.
 """
-import json
 import random
 from pathlib import Path
 from typing import List, Optional
 
 from dspark.models.errors import ConfigError
+from dspark.models.jsonl import bounded_lines, parse_json_line
 
 SHUFFLE_SEED = 980406
 DEEPSPEC_CAPS = {"gsm8k": 500, "math500": 500, "aime25": 30, "humaneval": 164, "mbpp": 256, "livecodebench": 500,
@@ -23,13 +23,10 @@ def read_turns(path: Path) -> List[str]:
     if not path.is_file():
         raise ConfigError(f"prompts file {path} does not exist")
     prompts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in bounded_lines(path):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ConfigError(f"{path}:{number} is not valid JSON ({error.msg})") from None
+        row = parse_json_line(line, f"{path}:{number}")
         turns = row.get("turns") if isinstance(row, dict) else None
         if not isinstance(turns, list) or not turns or not isinstance(turns[0], str) or not turns[0].strip():
             raise ConfigError(f"{path}:{number} needs a non-empty string in \"turns\"[0], e.g. "

@@ -16,11 +16,11 @@ the field, the bound and the value, before anything is generated.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from dspark.models.errors import ConfigError
+from dspark.models.jsonl import MAX_LINE_BYTES, bounded_lines, parse_json_line
 
 ROLES = ("system", "user", "assistant")
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
@@ -32,7 +32,7 @@ Message = dict[str, str]
 class ConversationLimits:
     """Bounds on an input file's records."""
 
-    max_line_bytes: int = 1 << 20
+    max_line_bytes: int = MAX_LINE_BYTES
     max_messages: int = 64
     max_content_chars: int = 200_000
     max_records: int = 10_000_000
@@ -47,6 +47,10 @@ def _text(value, field: str, where: str, limits: ConversationLimits) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"{where}: {field} must be a string, got {type(value).__name__}")
     _bounded(len(value), limits.max_content_chars, f"the length of {field}", where)
+    try:  # JSON's \ud800 escapes decode to lone surrogates, which no tokenizer or UTF-8 writer takes
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ConfigError(f"{where}: {field} holds a lone surrogate at character {error.start}") from None
     return value
 
 
@@ -74,20 +78,16 @@ def _messages(record: dict, where: str, limits: ConversationLimits) -> list[Mess
         if not isinstance(item, dict):
             raise ConfigError(f"{where}: message {i} must be an object")
         role = item.get(role_key)
-        if role not in roles:
+        if not isinstance(role, str) or role not in roles:
             raise ConfigError(f"{where}: message {i} has {role_key}={str(role)[:40]!r}; one of {sorted(roles)}")
         messages.append({"role": roles[role], "content": _text(item.get(text_key), f"message {i} {text_key}", where,
                                                                limits)})
     return messages
 
 
-def parse_record(line: str, where: str, limits: ConversationLimits = ConversationLimits()):
+def parse_record(line: str | bytes, where: str, limits: ConversationLimits = ConversationLimits()):
     """One JSONL line as JSON, its size bounded; ConfigError names `where`."""
-    _bounded(len(line.encode()), limits.max_line_bytes, "the line's size in bytes", where)
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{where}: not valid JSON ({error.msg})") from None
+    return parse_json_line(line, where, limits.max_line_bytes)
 
 
 def parse_conversation(line: str, where: str, limits: ConversationLimits = ConversationLimits()) -> list[Message]:
@@ -102,13 +102,12 @@ def jsonl_records(path: Path, what: str, limits: ConversationLimits = Conversati
     if not path.is_file():
         raise ConfigError(f"{what} {path} does not exist")
     count = 0
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if line.strip():
-                count += 1
-                _bounded(count, limits.max_records, "the number of records", str(path))
-                where = f"{path}:{number}"
-                yield where, parse_record(line, where, limits)
+    for number, line in bounded_lines(path, limits.max_line_bytes):
+        if line.strip():
+            count += 1
+            _bounded(count, limits.max_records, "the number of records", str(path))
+            where = f"{path}:{number}"
+            yield where, parse_record(line, where, limits)
     if not count:
         raise ConfigError(f"{what} {path} has no records")
 

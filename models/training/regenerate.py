@@ -24,8 +24,12 @@ from typing import Protocol
 from tqdm import tqdm
 
 from dspark.models.errors import ConfigError
+from dspark.models.jsonl import bounded_lines
 from dspark.models.training.conversations import (ConversationLimits, Message, conversation_from_record,
-                                                  jsonl_records, reply_skeleton)
+                                                  jsonl_records, parse_record, reply_skeleton)
+
+RECORD_START = b'{"index": '  # how json.dumps begins every record `regenerate` writes (index first)
+MAX_CONCURRENCY = 4096
 
 
 @dataclass(frozen=True)
@@ -64,29 +68,43 @@ class RegenerationSummary:
         return self.reply_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def done_indices(out: Path, total: int, sampling: dict) -> set[int]:
-    """The input indices already in `out`; drops a cut last line (a killed writer's) so appending stays valid."""
+def done_indices(out: Path, total: int, sampling: dict, limits: ConversationLimits = ConversationLimits()
+                 ) -> set[int]:
+    """The input indices already in `out`. A cut last line (a killed writer's: it starts as every record does) is
+    dropped so appending stays valid, once every complete line has been read as a record of this run; a file that
+    is not one is refused whole and left as it was."""
     if not out.exists():
         return set()
-    data = out.read_bytes()
-    complete = data.rfind(b"\n") + 1
-    if complete < len(data):
+    if not out.is_file():
+        raise ConfigError(f"--out {out} is not a file")
+    done, complete, cut = set(), 0, None
+    for number, line in bounded_lines(out, limits.max_line_bytes):
+        where = f"{out}:{number}"
+        if not line.endswith(b"\n"):
+            cut = where if line.startswith(RECORD_START) else None
+            if cut is None:
+                raise ConfigError(f"{where} is not a regenerated record; write to a new --out")
+            break
+        complete += len(line)
+        record = parse_record(line, where, limits)
+        index = record.get("index") if isinstance(record, dict) else None
+        if index is None:
+            raise ConfigError(f"{where} is not a regenerated record; write to a new --out")
+        if record.get("sampling") != sampling:
+            raise ConfigError(f"{where} was sampled with {str(record.get('sampling'))[:200]}, this run with "
+                              f"{sampling}: use the same settings to resume, or a new --out")
+        if type(index) is not int or not 0 <= index < total or index in done:
+            raise ConfigError(f"{where} has index {str(index)[:40]}: not a new index below {total} of this input")
+        done.add(index)
+    if cut is not None:
         with out.open("r+b") as handle:
             handle.truncate(complete)
-    done = set()
-    for number, line in enumerate(data[:complete].decode("utf-8").splitlines(), start=1):
-        try:
-            record = json.loads(line)
-            index = record["index"]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise ConfigError(f"{out}:{number} is not a regenerated record; write to a new --out") from None
-        if record.get("sampling") != sampling:
-            raise ConfigError(f"{out}:{number} was sampled with {record.get('sampling')}, this run with {sampling}: "
-                              "use the same settings to resume, or a new --out")
-        if not isinstance(index, int) or not 0 <= index < total or index in done:
-            raise ConfigError(f"{out}:{number} has index {index!r}: not a new index below {total} of this input")
-        done.add(index)
     return done
+
+
+def check_concurrency(concurrency: int) -> None:
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise ConfigError(f"--concurrency must be in [1, {MAX_CONCURRENCY}], got {concurrency}")
 
 
 async def regenerate_conversation(backend: ReplyBackend, messages: list[Message], sampling: dict
@@ -104,8 +122,7 @@ async def regenerate_conversation(backend: ReplyBackend, messages: list[Message]
 async def regenerate(conversations: list[list[Message]], backend: ReplyBackend, out: Path, sampling: ReplySampling,
                      concurrency: int, progress: bool = True) -> RegenerationSummary:
     """Regenerate every conversation not yet in `out` (module docstring)."""
-    if not 1 <= concurrency <= 4096:
-        raise ConfigError(f"--concurrency must be in [1, 4096], got {concurrency}")
+    check_concurrency(concurrency)
     settings = asdict(sampling)
     done = done_indices(out, len(conversations), settings)
     todo = iter([i for i in range(len(conversations)) if i not in done])
@@ -135,10 +152,13 @@ async def regenerate(conversations: list[list[Message]], backend: ReplyBackend, 
 
 def read_regenerated(path: Path, limits: ConversationLimits = ConversationLimits()) -> list[list[Message]]:
     """The conversations of a `dspark regenerate` output, in input order, each checked as hostile input."""
-    records = []
+    records, seen = [], set()
     for where, record in jsonl_records(path, "--data", limits):
-        if not isinstance(record, dict) or not isinstance(record.get("index"), int):
+        if not isinstance(record, dict) or type(record.get("index")) is not int:
             raise ConfigError(f"{where}: not a `dspark regenerate` record (needs an integer \"index\")")
+        if record["index"] in seen:
+            raise ConfigError(f"{where}: index {record['index']} again (a conversation is trained once)")
+        seen.add(record["index"])
         records.append((record["index"], conversation_from_record({"messages": record.get("messages")}, where,
                                                                   limits)))
     return [messages for _, messages in sorted(records, key=lambda r: r[0])]

@@ -15,12 +15,12 @@ import argparse
 import asyncio
 import os
 import sys
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
 from dspark.models.errors import ConfigError
 from dspark.models.training.conversations import read_conversations
-from dspark.models.training.regenerate import ReplySampling, regenerate
+from dspark.models.training.regenerate import ReplySampling, check_concurrency, done_indices, regenerate
 from dspark.ops.arg_types import finite_float
 
 DEFAULT_CONCURRENCY = 64
@@ -69,6 +69,8 @@ def make_backend(args: argparse.Namespace):
 
 
 async def run(args: argparse.Namespace, sampling: ReplySampling, conversations) -> None:
+    check_concurrency(args.concurrency)  # the flags and --out are checked before an Engine starts
+    done_indices(args.out, len(conversations), asdict(sampling))
     backend = make_backend(args)
     try:
         summary = await regenerate(conversations, backend, args.out, sampling, args.concurrency,

@@ -76,7 +76,13 @@ def test_prompts_file_round_trip_and_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"p.jsonl:2 needs a non-empty string in \"turns\"\[0\]"):
         read_turns(path)
     path.write_text("not json\n")
-    with pytest.raises(ConfigError, match="p.jsonl:1 is not valid JSON"):
+    with pytest.raises(ConfigError, match="p.jsonl:1: not valid JSON"):
+        read_turns(path)
+    path.write_bytes(b'{"turns": ["\xff"]}\n')
+    with pytest.raises(ConfigError, match=r"p.jsonl:1: not UTF-8 \(byte 12\)"):
+        read_turns(path)
+    path.write_bytes(b"x" * (2 << 20))  # one line, no newline: refused at the bound, not read whole
+    with pytest.raises(ConfigError, match="p.jsonl:1: the line's size in bytes is at least 1048578, above the bound"):
         read_turns(path)
     with pytest.raises(ConfigError, match="does not exist"):
         read_turns(tmp_path / "missing.jsonl")

@@ -32,6 +32,11 @@ def test_plain_prompts_are_user_turns():
     ('{"messages": [{"role": "user", "content": 3}]}', "message 0 content must be a string"),
     ('{"messages": [{"role": "assistant", "content": "x"}]}', "no user turn"),
     ('{"turns": "hi"}', "turns must be a list"),
+    ('{"messages": [{"role": ["user"], "content": "x"}]}', "role=\"['user']\""),
+    ('{"conversations": [{"from": {"a": 1}, "value": "x"}]}', "from=\"{'a': 1}\""),
+    ('{"prompt": "a\\ud800b"}', "prompt holds a lone surrogate at character 1"),
+    ('{"prompt": 1' + "0" * 5000 + "}", "not JSON this reader takes"),
+    ("[" * 100_000, "not JSON this reader takes"),
 ])
 def test_bad_records_are_refused_by_name(line, named):
     with pytest.raises(ConfigError, match="f:7") as error:
@@ -47,6 +52,16 @@ def test_bounds_name_the_field_the_bound_and_the_value():
         parse_conversation('{"prompt": "sixsix"}', "f:1", limits)
     with pytest.raises(ConfigError, match="size in bytes is 16, above the bound 10"):
         parse_conversation('{"prompt": "hi"}', "f:1", ConversationLimits(max_line_bytes=10))
+
+
+def test_a_file_is_read_a_bounded_line_at_a_time_and_must_be_utf8(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"prompt": "a"}\n' + b"x" * 50)
+    with pytest.raises(ConfigError, match="in.jsonl:2: the line's size in bytes is at least 22, above the bound 20"):
+        read_conversations(path, ConversationLimits(max_line_bytes=20))
+    path.write_bytes(b'{"prompt": "a"}\n{"prompt": "\xff"}\n')
+    with pytest.raises(ConfigError, match=r"in.jsonl:2: not UTF-8 \(byte 12\)"):
+        read_conversations(path)
 
 
 def test_a_file_names_its_bad_line(tmp_path):

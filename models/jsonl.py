@@ -1,0 +1,44 @@
+"""JSONL files read as hostile input: a bounded line at a time (a file with no newline is refused at the bound,
+not read whole), UTF-8 checked, and every parse error a ConfigError that names the file and line."""
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+from dspark.models.errors import ConfigError
+
+MAX_LINE_BYTES = 1 << 20
+
+
+def bounded_lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES):
+    """(line number, the line's bytes with its newline if it has one), never more than one bounded line in memory."""
+    with Path(path).open("rb") as handle:
+        for number in itertools.count(1):
+            line = handle.readline(max_line_bytes + 2)
+            if not line:
+                return
+            size = len(line.rstrip(b"\r\n"))
+            if size > max_line_bytes:
+                cut = "" if line.endswith(b"\n") else "at least "
+                raise ConfigError(f"{path}:{number}: the line's size in bytes is {cut}{size}, above the bound "
+                                  f"{max_line_bytes}")
+            yield number, line
+
+
+def parse_json_line(line: str | bytes, where: str, max_line_bytes: int = MAX_LINE_BYTES):
+    """One line (text, or bytes that must be UTF-8) as JSON, its size bounded; ConfigError names `where`."""
+    raw = line if isinstance(line, bytes) else line.encode(errors="surrogatepass")
+    size = len(raw.rstrip(b"\r\n"))
+    if size > max_line_bytes:
+        raise ConfigError(f"{where}: the line's size in bytes is {size}, above the bound {max_line_bytes}")
+    try:
+        text = line.decode("utf-8") if isinstance(line, bytes) else line
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{where}: not UTF-8 (byte {error.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{where}: not valid JSON ({error.msg})") from None
+    except (ValueError, RecursionError) as error:  # an integer of over 4300 digits; arrays nested too deep
+        raise ConfigError(f"{where}: not JSON this reader takes ({str(error)[:80]})") from None
