@@ -29,6 +29,8 @@ import contextlib
 import json
 import math
 import os
+import pickle
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,6 +50,7 @@ TargetFeatureSource = Callable[[torch.Tensor, TokenDataset], TargetOutputs]  # (
 
 LATEST = "latest"
 STATE_FILE = "trainer_state.pt"
+RESUME_KEYS = {"step", "wall_s", "drafter", "optimizer", "scheduler", "history", "torch_rng", "train_config"}
 LOG_FILE = "train_log.json"
 
 
@@ -335,12 +338,23 @@ class Trainer:
         pointer = self.out_dir / "checkpoints" / LATEST
         if not pointer.exists():
             return False
-        path = pointer.parent / pointer.read_text().strip() / STATE_FILE
+        name = pointer.read_bytes()[:64].decode("ascii", errors="replace").strip()
+        if not re.fullmatch(r"step_\d{7}", name):
+            raise CheckpointError(f"{pointer} names {name!r}, not a step_NNNNNNN folder: delete it to start over")
+        path = pointer.parent / name / STATE_FILE
         if not path.exists():
             raise CheckpointError(
                 f"{pointer} names {path.parent.name}, which has no {STATE_FILE}: delete {pointer} to start over"
             )
-        state = torch.load(path, map_location=self.dist.device, weights_only=False)
+        try:  # weights_only: tensors and plain values, never code, whoever wrote the file
+            state = torch.load(path, map_location=self.dist.device, weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
+            raise CheckpointError(f"{path} cannot be read as a resume state ({str(error)[:200]}): delete {pointer} "
+                                  "to start over") from None
+        missing = RESUME_KEYS - (state.keys() if isinstance(state, dict) else set())
+        if missing:
+            raise CheckpointError(f"{path} is not a resume state of `dspark train` (it lacks {sorted(missing)}): "
+                                  f"delete {pointer} to start over")
         if state["train_config"]["steps"] != self.cfg.steps:
             raise CheckpointError(
                 f"checkpoint {path.parent} was trained for steps={state['train_config']['steps']}, this run has "
@@ -349,11 +363,15 @@ class Trainer:
         if state.get("fsdp", False) != self.fsdp:
             raise CheckpointError(f"checkpoint {path.parent} was written {'with' if state.get('fsdp') else 'without'} "
                                   "--fsdp: resume it the same way")
-        if self.fsdp:
-            load_full_state(self.model, self.optimizer, state["drafter"], state["optimizer"])
-        else:
-            self.drafter.load_state_dict(state["drafter"])
-            self.optimizer.load_state_dict(state["optimizer"])
+        try:
+            if self.fsdp:
+                load_full_state(self.model, self.optimizer, state["drafter"], state["optimizer"])
+            else:
+                self.drafter.load_state_dict(state["drafter"])
+                self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as error:
+            raise CheckpointError(f"checkpoint {path.parent} holds another drafter's state ({str(error)[:200]}): "
+                                  "resume with the flags that wrote it, or use a new --out") from None
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.prior_wall_s, self.history = state["step"], state["wall_s"], state["history"]
         self.window = state.get("window", [])

@@ -81,6 +81,40 @@ def test_resume_refuses_a_different_schedule(peaked_target, tiny_dataset, tmp_pa
         other.resume()
 
 
+class RunsCode:
+    def __reduce__(self):
+        return (print, ("code ran on resume",))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda ckpt: (ckpt / "latest").write_text("../../elsewhere\n"), "not a step_NNNNNNN folder"),
+    (lambda ckpt: torch.save({"x": RunsCode()}, ckpt / "step_0000002" / "trainer_state.pt"),
+     "cannot be read as a resume state"),
+    (lambda ckpt: (ckpt / "step_0000002" / "trainer_state.pt").write_bytes(b"PK\x03\x04 cut"),
+     "cannot be read as a resume state"),
+    (lambda ckpt: torch.save({"step": 2}, ckpt / "step_0000002" / "trainer_state.pt"), "it lacks"),
+])
+def test_resume_refuses_a_damaged_or_foreign_state_and_runs_no_code_from_it(peaked_target, tiny_dataset, tmp_path,
+                                                                           capsys, damage, message):
+    drafter, task = make_drafter_and_task("dflash", peaked_target)
+    trainer = lambda: Trainer(drafter, peaked_target, tiny_dataset, task,  # noqa: E731
+                              TrainConfig(steps=2, batch_size=4), tmp_path, progress=False)
+    trainer().run()
+    damage(tmp_path / "checkpoints")
+    with pytest.raises(CheckpointError, match=message):
+        trainer().resume()
+    assert "code ran on resume" not in capsys.readouterr().out
+
+
+def test_resume_refuses_another_drafter_shape(peaked_target, tiny_dataset, tmp_path):
+    cfg = TrainConfig(steps=2, batch_size=4)
+    drafter, task = make_drafter_and_task("dflash", peaked_target)
+    Trainer(drafter, peaked_target, tiny_dataset, task, cfg, tmp_path, progress=False).run()
+    other, other_task = make_drafter_and_task("dspark", peaked_target)
+    with pytest.raises(CheckpointError, match="holds another drafter's state"):
+        Trainer(other, peaked_target, tiny_dataset, other_task, cfg, tmp_path, progress=False).resume()
+
+
 def test_time_budget_stops_early_and_checkpoints(peaked_target, tiny_dataset, tmp_path):
     drafter, task = make_drafter_and_task("dflash", peaked_target)
     cfg = TrainConfig(steps=1000, batch_size=4, max_minutes=1e-6)
