@@ -35,6 +35,7 @@ from dspark.models.training.tasks import TargetOutputs
 MANIFEST = "manifest.json"
 BYTES = 2  # bf16
 PARTS = ("hidden", "last")
+MAX_SHARDS = 1 << 16  # one a rank
 
 
 @dataclass(frozen=True)
@@ -72,9 +73,24 @@ def _progress_file(directory: Path, shard: int) -> Path:
     return directory / f"shard-{shard:05d}.progress.json"
 
 
-def _rows_written(directory: Path, shard: int) -> int:
+def _read_json(path: Path, what: str):
+    try:
+        return json.loads(path.read_bytes()[:1 << 20])
+    except (ValueError, RecursionError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError included
+        raise ConfigError(f"feature store {what} {path} cannot be read ({str(error)[:120]}): delete the store's "
+                          "directory to write it again") from None
+
+
+def _rows_written(directory: Path, shard: int, layout: StoreLayout) -> int:
     path = _progress_file(directory, shard)
-    return json.loads(path.read_text())["rows"] if path.exists() else 0
+    if not path.exists():
+        return 0
+    progress = _read_json(path, "progress file")
+    rows = progress.get("rows") if isinstance(progress, dict) else None
+    if type(rows) is not int or not 0 <= rows <= len(layout.rows(shard)):
+        raise ConfigError(f"feature store progress file {path} records rows={str(rows)[:40]}, not in "
+                          f"[0, {len(layout.rows(shard))}]: delete the store's directory to write it again")
+    return rows
 
 
 def _write_json(path: Path, value: dict) -> None:
@@ -92,9 +108,10 @@ def _check_manifest(directory: Path, key: dict, layout: StoreLayout) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         _write_json(path, manifest)
         return
-    found = json.loads(path.read_text())
+    found = _read_json(path, "manifest")
     if found != manifest:
-        raise ConfigError(f"feature store {directory} was started with layout {found['layout']}, this run needs "
+        started = found.get("layout") if isinstance(found, dict) else found
+        raise ConfigError(f"feature store {directory} was started with layout {str(started)[:300]}, this run needs "
                           f"{manifest['layout']}: rerun with as many ranks as wrote it, or delete the directory")
 
 
@@ -107,7 +124,7 @@ def describe_size(layout: StoreLayout, directory: Path) -> str:
 
 def forwards_left(directory: Path, layout: StoreLayout, shard: int, batch_size: int = 16) -> int:
     """The target forwards (batches of batch_size rows) shard `shard` still needs."""
-    return -(-(len(layout.rows(shard)) - _rows_written(directory, shard)) // batch_size)
+    return -(-(len(layout.rows(shard)) - _rows_written(directory, shard, layout)) // batch_size)
 
 
 def write_shard(directory: Path, key: dict, layout: StoreLayout, shard: int, target: torch.nn.Module,
@@ -119,7 +136,7 @@ def write_shard(directory: Path, key: dict, layout: StoreLayout, shard: int, tar
         print(describe_size(layout, directory), flush=True)
     _check_manifest(directory, key, layout)
     extra = forwards - forwards_left(directory, layout, shard, batch_size)
-    rows, done = layout.rows(shard), _rows_written(directory, shard)
+    rows, done = layout.rows(shard), _rows_written(directory, shard, layout)
     handles = {}
     for part in PARTS:
         path = _shard_file(directory, shard, part)
@@ -157,10 +174,16 @@ class StoredFeatures:
         self.maps = []
         for shard in range(layout.shards):
             n = len(layout.rows(shard))
-            self.maps.append({part: torch.from_file(str(_shard_file(directory, shard, part)), shared=False,
-                                                    size=n * layout.seq_len * layout.width(part),
-                                                    dtype=torch.bfloat16).view(n, layout.seq_len, layout.width(part))
+            self.maps.append({part: self._map(_shard_file(directory, shard, part), n, layout.width(part))
                               for part in PARTS})
+
+    def _map(self, path: Path, rows: int, width: int) -> torch.Tensor:
+        size = rows * self.layout.seq_len * width
+        found = path.stat().st_size if path.is_file() else None
+        if found is None or found < size * BYTES:
+            raise ConfigError(f"feature store shard {path} holds {found} bytes, {size * BYTES} needed: delete the "
+                              "store's directory to write it again")
+        return torch.from_file(str(path), shared=False, size=size, dtype=torch.bfloat16).view(rows, -1, width)
 
     def sample(self, row: int, part: str) -> torch.Tensor:
         shard = max(s for s, start in enumerate(self.starts) if start <= row)
@@ -174,15 +197,23 @@ class StoredFeatures:
         return TargetOutputs(hidden=hidden, last_hidden=last, lm_head=self.lm_head)
 
 
-def open_store(directory: Path, key: dict, lm_head: torch.nn.Module) -> StoredFeatures | None:
-    """The store at `directory` if it holds exactly `key` and every shard is complete, else None."""
+def open_store(directory: Path, key: dict, expected: StoreLayout, lm_head: torch.nn.Module) -> StoredFeatures | None:
+    """The store at `directory` if it holds exactly `key` in the `expected` layout (written by any number of
+    shards) and every shard is complete, else None; a manifest that does not hold is refused by name."""
     path = Path(directory) / MANIFEST
     if not path.exists():
         return None
-    manifest = json.loads(path.read_text())
-    if manifest["key"] != json.loads(json.dumps(key)):
+    manifest = _read_json(path, "manifest")
+    if not isinstance(manifest, dict) or manifest.get("key") != json.loads(json.dumps(key)):
         return None
-    layout = StoreLayout(**manifest["layout"])
-    if any(_rows_written(directory, s) < len(layout.rows(s)) for s in range(layout.shards)):
+    found = manifest.get("layout")
+    fields = asdict(expected)
+    if (not isinstance(found, dict) or set(found) != set(fields) or type(found["shards"]) is not int
+            or not 1 <= found["shards"] <= MAX_SHARDS
+            or {**found, "shards": expected.shards} != fields):
+        raise ConfigError(f"feature store manifest {path} holds layout {str(found)[:300]} for this run's key, which "
+                          f"needs {fields} (any shard count): delete the store's directory to write it again")
+    layout = StoreLayout(**found)
+    if any(_rows_written(directory, s, layout) < len(layout.rows(s)) for s in range(layout.shards)):
         return None
     return StoredFeatures(Path(directory), layout, lm_head)

@@ -209,18 +209,18 @@ def stored_target_features(target, dataset: TokenDataset, layer_ids: tuple[int, 
     key = {**key, "target_layer_ids": list(layer_ids), "dtype": "bfloat16", "autocast": "bfloat16" if bf16 else "none"}
     directory = store_directory(store_root, key)
     lm_head = target.get_output_embeddings()
-    features = open_store(directory, key, lm_head)
-    if features is not None:
-        return features
     hidden = target.config.hidden_size
     layout = StoreLayout(samples=len(dataset), seq_len=dataset.input_ids.shape[1], hidden_width=len(layer_ids) * hidden,
                          last_width=hidden, shards=dist.world_size)
+    features = open_store(directory, key, layout, lm_head)
+    if features is not None:
+        return features
     forwards = dist.max_over_ranks(forwards_left(directory, layout, dist.rank)) if sharded_target else 0
     with bf16_autocast(bf16, dist.device):
         write_shard(directory, key, layout, dist.rank, target, dataset, layer_ids, progress=dist.is_main,
                     forwards=forwards)
     dist.barrier()
-    features = open_store(directory, key, lm_head)
+    features = open_store(directory, key, layout, lm_head)
     assert features is not None, f"{directory} is incomplete after every rank wrote its shard"
     return features
 

@@ -33,7 +33,7 @@ def stored(target, dataset, directory, shards=1, key=KEY):
     layout = layout_of(target, dataset, shards)
     for shard in range(shards):  # what each rank of a `shards`-process run writes
         write_shard(directory, key, layout, shard, target, dataset, LAYER_IDS, batch_size=5, progress=False)
-    return open_store(directory, key, target.get_output_embeddings())
+    return open_store(directory, key, layout, target.get_output_embeddings())
 
 
 @pytest.mark.parametrize("shards", [1, 3])
@@ -56,7 +56,7 @@ def test_shards_are_raw_bf16_of_the_size_printed_first(peaked_target, padded_dat
     assert out.out.startswith(describe_size(layout, tmp_path)), "the expected size comes before any row"
     on_disk = sum(p.stat().st_size for p in tmp_path.glob("shard-00000.*.bf16"))
     assert on_disk == len(layout.rows(0)) * layout.bytes_per_sample
-    assert open_store(tmp_path, KEY, peaked_target.get_output_embeddings()) is None, "shard 1 is missing"
+    assert open_store(tmp_path, KEY, layout, peaked_target.get_output_embeddings()) is None, "shard 1 is missing"
 
 
 def test_a_killed_writer_resumes_after_its_last_recorded_row(peaked_target, padded_dataset, tmp_path):
@@ -96,11 +96,35 @@ def test_a_writer_runs_the_forwards_asked_of_it_in_step_with_other_ranks(peaked_
 def test_a_store_is_keyed_and_refuses_another_layout(peaked_target, padded_dataset, tmp_path):
     stored(peaked_target, padded_dataset, tmp_path, shards=2)
     lm_head = peaked_target.get_output_embeddings()
-    assert open_store(tmp_path, {**KEY, "data": "y"}, lm_head) is None, "another key never reads these features"
+    one_rank = layout_of(peaked_target, padded_dataset, 1)
+    assert open_store(tmp_path, KEY, one_rank, lm_head) is not None, "any rank count reads a complete store"
+    assert open_store(tmp_path, {**KEY, "data": "y"}, one_rank, lm_head) is None, "another key never reads it"
     assert store_directory(tmp_path, KEY) != store_directory(tmp_path, {**KEY, "data": "y"})
     with pytest.raises(ConfigError, match="rerun with as many ranks as wrote it"):
         write_shard(tmp_path, KEY, layout_of(peaked_target, padded_dataset, 3), 0, peaked_target, padded_dataset,
                     LAYER_IDS, progress=False)
+
+
+def _set_manifest_layout(store, **fields):
+    manifest = json.loads((store / "manifest.json").read_text())
+    manifest["layout"].update(fields)
+    (store / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda store: (store / "manifest.json").write_text('{"key": '), "manifest .* cannot be read"),
+    (lambda store: _set_manifest_layout(store, seq_len=3), "holds layout .* for this run's key"),
+    (lambda store: _set_manifest_layout(store, shards=0), "holds layout .* for this run's key"),
+    (lambda store: (store / "shard-00001.progress.json").write_text('{"rows": "4"}'), "records rows=4, not in"),
+    (lambda store: (store / "shard-00001.progress.json").write_text('{"rows": -8}'), "records rows=-8, not in"),
+    (lambda store: (store / "shard-00001.last.bf16").write_bytes(b"0" * 10), "holds 10 bytes, .* needed"),
+    (lambda store: (store / "shard-00001.hidden.bf16").unlink(), "holds None bytes"),
+])
+def test_a_damaged_store_is_refused_by_name(peaked_target, padded_dataset, tmp_path, damage, message):
+    stored(peaked_target, padded_dataset, tmp_path, shards=2)
+    damage(tmp_path)
+    with pytest.raises(ConfigError, match=message):
+        open_store(tmp_path, KEY, layout_of(peaked_target, padded_dataset, 2), peaked_target.get_output_embeddings())
 
 
 @pytest.mark.parametrize("kind", ["dspark", "eagle3"])
