@@ -228,8 +228,8 @@ def read_drafter_config(directory, target_config: Any = None) -> DrafterConfig:
             raise CheckpointError(f"{path} is missing; a drafter checkpoint holds {CONFIG_FILE} and {WEIGHTS_FILE}")
     try:
         raw = json.loads(config_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{config_path} is not valid JSON: {err}") from err
+    except (ValueError, RecursionError) as err:  # JSON and UTF-8 errors; over-long integers; nesting too deep
+        raise CheckpointError(f"{config_path} is not valid JSON: {str(err)[:200]}") from None
     target_layers = None if target_config is None else target_field_reader(target_config)("num_hidden_layers")
     config = config_from_json(raw, source=str(config_path), target_num_layers=target_layers)
     if target_config is not None:
@@ -253,7 +253,9 @@ def load_drafter(directory, target_config: Any = None, *, target_model: Optional
         tensors = load_file(str(weights_path), device=str(device))
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{weights_path} cannot be read as safetensors: {err}") from err
-    stored = next(t.dtype for t in tensors.values() if t.is_floating_point())
+    stored = next((t.dtype for t in tensors.values() if t.is_floating_point()), None)
+    if stored is None:
+        raise CheckpointError(f"{weights_path} holds no floating-point tensor: not a drafter's weights")
     tensors = _with_frozen_weights(tensors, target_model, str(weights_path))
     tensors = _with_all_vocab_rows(tensors, Path(directory), config.vocab_size)
     drafter = DRAFTER_CLASSES[config.kind](config)

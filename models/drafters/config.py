@@ -159,6 +159,8 @@ def target_dimensions(target_config: Any) -> dict:
     if get("attention_bias", False):
         raise ConfigError("target attention_bias=True is not supported; the drafters' projections have no bias")
     heads = get("num_attention_heads")
+    if type(heads) is not int or heads < 1:
+        raise ConfigError(f"target num_attention_heads must be an integer >= 1, got {str(heads)[:40]}")
     rope_theta = rope.get("rope_theta") if isinstance(rope, dict) else None
     return dict(
         vocab_size=get("vocab_size"),

@@ -88,8 +88,8 @@ def load_draft_vocab(directory: Path, vocab_size: int) -> Optional[torch.Tensor]
         return None
     try:
         ids = json.loads(path.read_text())["token_ids"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise CheckpointError(f"{path} is not a draft vocabulary ({{\"token_ids\": [...]}}): {err}") from None
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
+        raise CheckpointError(f"{path} is not a draft vocabulary ({{\"token_ids\": [...]}}): {str(err)[:200]}") from None
     if not isinstance(ids, list) or not ids or not all(type(i) is int for i in ids):
         raise CheckpointError(f"{path}: token_ids must be a non-empty list of integers")
     if any(b <= a for a, b in zip(ids, ids[1:])) or ids[0] < 0 or ids[-1] >= vocab_size:

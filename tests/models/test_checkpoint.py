@@ -136,10 +136,14 @@ def test_unreadable_files_are_refused(saved, tmp_path):
     with pytest.raises(CheckpointError, match="config.json is missing"):
         load_drafter(tmp_path)
     path = copy_checkpoint(saved["eagle3"][1], tmp_path)
-    (path / "config.json").write_text("{not json")
-    with pytest.raises(CheckpointError, match="not valid JSON"):
-        load_drafter(path)
+    for text in ("{not json", "[" * 100_000, '{"block_size": 1' + "0" * 5000 + "}"):
+        (path / "config.json").write_text(text)
+        with pytest.raises(CheckpointError, match="not valid JSON"):
+            load_drafter(path)
     copy_checkpoint(saved["eagle3"][1], tmp_path)
     (path / "model.safetensors").write_bytes(b"garbage")
     with pytest.raises(CheckpointError, match="cannot be read as safetensors"):
+        load_drafter(path)
+    save_file({"step": torch.tensor([1])}, str(path / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="holds no floating-point tensor"):
         load_drafter(path)

@@ -57,6 +57,8 @@ def test_a_drafter_without_one_drafts_everything(tmp_path):
     ('{"token_ids": [1, 1]}', "sorted, distinct and in [0, 10)"),
     ('{"token_ids": [1, 10]}', "sorted, distinct and in [0, 10)"),
     ('{"token_ids": [-1, 3]}', "sorted, distinct and in [0, 10)"),
+    ("[" * 100_000, "is not a draft vocabulary"),
+    ('{"token_ids": [1' + "0" * 5000 + "]}", "is not a draft vocabulary"),
 ])
 def test_a_malformed_vocabulary_is_refused_by_name(tmp_path, text, problem):
     (tmp_path / DRAFT_VOCAB_FILE).write_text(text)

@@ -58,3 +58,5 @@ def test_unsupported_target_features_are_refused(tiny_target):
                                                                      "factor": 2.0, "original_max_position_embeddings": 64}}))
     with pytest.raises(ConfigError, match="hidden_act"):
         dspark_config(Qwen3Config(**{**target, "hidden_act": "gelu"}))
+    with pytest.raises(ConfigError, match="num_attention_heads must be an integer >= 1, got 0"):
+        dspark_config({**target, "num_attention_heads": 0, "head_dim": None})
