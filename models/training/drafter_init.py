@@ -15,6 +15,7 @@ from torch import nn
 
 from dspark.models.checkpoint import load_drafter, read_drafter_config
 from dspark.models.drafters import Drafter, DrafterConfig
+from dspark.models.drafters.draft_vocab import load_draft_vocab
 from dspark.models.errors import ConfigError
 
 
@@ -26,6 +27,7 @@ def check_same_drafter(directory: Path, config: DrafterConfig, target_config) ->
     if differing:
         details = ", ".join(f"{key} {theirs.get(key)!r} (this job: {ours.get(key)!r})" for key in differing)
         raise ConfigError(f"--init-from-drafter {directory} is another drafter than this job trains: {details}")
+    load_draft_vocab(directory, config.vocab_size)  # the fine-tune keeps it: a malformed one fails here, not later
 
 
 @torch.no_grad()

@@ -225,9 +225,8 @@ def stored_target_features(target, dataset: TokenDataset, layer_ids: tuple[int, 
     return features
 
 
-def file_dataset(job: TrainJob, tokenizer, held_out_percent: int, eos_id: int) -> TokenDataset:
+def file_dataset(job: TrainJob, conversations: list, tokenizer, held_out_percent: int, eos_id: int) -> TokenDataset:
     """The training split of the --data file's conversations as samples (conversation_data.py)."""
-    conversations = read_regenerated(job.data_file)
     train = [c for c, text in zip(conversations, file_first_turns(conversations))
              if not is_held_out(text, held_out_percent)]
     if not train:
@@ -269,6 +268,8 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     config = drafter_config(job.spec, target_config, mask_id)
     if job.init_from_drafter is not None:
         check_same_drafter(job.init_from_drafter, config, target_config)
+    # A --data file is read (and checked as hostile input) before any model is loaded.
+    conversations = read_regenerated(job.data_file) if job.data_file is not None else None
     corpus = load_corpus(job.stdlib_root, job.held_out_percent)
     sharded = job.shard_target and dist.world_size > 1  # every forward of the target is then a collective
     target, drafter = target_and_drafter(job, config, dist, sharded)
@@ -280,8 +281,8 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     key.update(prompts_key)
     # bf16 generation samples from (slightly) different logits: its data is cached under its own key.
     train_key = {**key, "generation_autocast": "bfloat16"} if job.train.bf16 else key
-    if job.data_file is not None:
-        dataset = file_dataset(job, tokenizer, corpus.held_out_percent, eos_id)
+    if conversations is not None:
+        dataset = file_dataset(job, conversations, tokenizer, corpus.held_out_percent, eos_id)
     else:
         with bf16_autocast(job.train.bf16, dist.device):
             dataset = cached_dataset(documents("train"), job.data, target, eos_id, train_key, job.data_cache_dir,

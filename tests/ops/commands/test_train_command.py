@@ -35,6 +35,11 @@ def tiny_setup(tmp_path_factory):
     return root, target_dir, lib
 
 
+def no_model_before_the_checks(*args, **kwargs):
+    """Stands in for models.training.run.target_and_drafter where a job must fail on its inputs first."""
+    raise AssertionError("a model was loaded before the job's inputs were checked")
+
+
 def _args(root, target_dir, lib, drafter, out, *extra):
     return ["train", "--target", str(target_dir), "--drafter", drafter, "--out", str(out), "--stdlib", str(lib),
             "--data-cache", str(root / "cache"), "--steps", "3", "--num-samples", "8", "--prompt-len", "8",

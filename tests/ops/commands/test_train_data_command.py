@@ -1,8 +1,9 @@
 """`dspark train --data FILE` trains on regenerated conversations end to end (the embedded target, a few steps)."""
 import json
 
-from dspark.ops.cli import main
+from test_train_command import no_model_before_the_checks
 
+from dspark.ops.cli import main
 from tests.paths import EMBEDDED_TARGET
 
 
@@ -48,3 +49,13 @@ def test_a_sharded_target_with_a_sharded_drafter_refuses_the_held_out_check(tmp_
             "--data", str(data), "--shard-target", "--fsdp", "--eval-samples", "4"]
     assert main(argv) == 2
     assert "with both, pass --eval-samples 0 (got 4)" in capsys.readouterr().err
+
+
+def test_a_bad_data_file_is_refused_before_any_model_loads(tmp_path, capsys, monkeypatch):
+    data = regenerated_file(tmp_path / "regen.jsonl", 3)
+    data.write_text(data.read_text() + '{"index": 1, "messages": []}\n')
+    monkeypatch.setattr("dspark.models.training.run.target_and_drafter", no_model_before_the_checks)
+    argv = ["train", "--target", str(EMBEDDED_TARGET), "--drafter", "dspark", "--out", str(tmp_path / "o"),
+            "--data", str(data), "--threads", "1", "--device", "cpu"]
+    assert main(argv) == 2
+    assert "regen.jsonl:4: index 1 again" in capsys.readouterr().err

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from test_train_command import _args, tiny_setup  # noqa: F401  (the module fixture: a tiny target and corpus)
+from test_train_command import _args, no_model_before_the_checks, tiny_setup  # noqa: F401  (a module fixture)
 
 from transformers import AutoConfig
 
@@ -49,7 +49,8 @@ def test_init_from_target_and_bf16_are_recorded_in_the_card(tiny_setup, tmp_path
     assert warned is not native
 
 
-def test_init_from_drafter_fine_tunes_a_trained_drafter_and_refuses_another(tiny_setup, tmp_path, capsys):  # noqa: F811
+def test_init_from_drafter_fine_tunes_a_trained_drafter_and_refuses_another(tiny_setup, tmp_path, capsys,  # noqa: F811
+                                                                           monkeypatch):
     root, target_dir, lib = tiny_setup
     trained, tuned, fresh = tmp_path / "trained", tmp_path / "tuned", tmp_path / "fresh"
     assert main(_args(root, target_dir, lib, "dspark", trained, "--eval-samples", "0", "--save-dtype", "float32")) == 0
@@ -68,6 +69,11 @@ def test_init_from_drafter_fine_tunes_a_trained_drafter_and_refuses_another(tiny
     assert main(_args(root, target_dir, lib, "dspark", tmp_path / "both", "--init-from-drafter", str(trained),
                       "--init-from-target")) == 2
     assert "two starting points" in capsys.readouterr().err
+    (trained / "draft_vocab.json").write_text('{"token_ids": [3, 1]}')
+    monkeypatch.setattr("dspark.models.training.run.target_and_drafter", no_model_before_the_checks)
+    assert main(_args(root, target_dir, lib, "dspark", tmp_path / "bad-vocab", "--init-from-drafter", str(trained),
+                      *almost_no_step)) == 2
+    assert "draft_vocab.json: token_ids must be sorted" in capsys.readouterr().err
 
 
 def test_loss_over_draft_vocab_trains_only_that_vocabulary(tiny_setup, tmp_path):  # noqa: F811
