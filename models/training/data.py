@@ -32,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pickle
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +46,13 @@ from dspark.kernels.warping import SamplingParams
 from dspark.models.errors import ConfigError
 
 SOURCES = ("generations", "corpus", "chat")
+
+
+# What reading a damaged cache file raises (JSON and UTF-8 errors are ValueErrors; torch.load's own are the rest).
+UNREADABLE_CACHE = (OSError, ValueError, TypeError, RuntimeError, EOFError, pickle.UnpicklingError, struct.error)
+# Upper bounds: what one CPU or GPU job can hold, far above any real run (a 1M-token context, 10M samples).
+DATA_BOUNDS = {"num_samples": 10_000_000, "prompt_len": 1 << 20, "response_len": 1 << 20,
+               "generation_batch_size": 1 << 16}
 
 
 @dataclass(frozen=True)
@@ -63,9 +72,9 @@ class DataConfig:
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
             raise ConfigError(f"data source must be one of {SOURCES}, got {self.source!r}")
-        for name in ("num_samples", "prompt_len", "response_len", "generation_batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"data {name} must be >= 1, got {getattr(self, name)}")
+        for name, bound in DATA_BOUNDS.items():
+            if not 1 <= getattr(self, name) <= bound:
+                raise ConfigError(f"data {name} must be in [1, {bound}], got {getattr(self, name)}")
         if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise ConfigError(
                 f"sampling needs temperature >= 0, 0 < top_p <= 1, top_k >= 0 (0 = off); got "
@@ -207,9 +216,12 @@ def build_dataset(
     device = next(target.parameters()).device
     parts = []
     if partial is not None and partial.exists():
-        saved = torch.load(partial)
-        parts = [TokenDataset(**part) for part in saved["parts"]]
-        generator.set_state(saved["generator"])
+        try:
+            saved = torch.load(partial, weights_only=True)
+            parts = [TokenDataset(**part) for part in saved["parts"]]
+            generator.set_state(saved["generator"])
+        except (*UNREADABLE_CACHE, KeyError):
+            parts = []  # started again from the first batch
     starts = range(0, cfg.num_samples, cfg.generation_batch_size)
     bar = tqdm(starts, desc="generating training data", unit="batch", disable=not progress, initial=len(parts))
     for start in starts[len(parts):]:
@@ -286,6 +298,9 @@ def save_dataset(dataset: TokenDataset, key: dict, path: Path) -> None:
 def load_dataset(path: Path, key: dict) -> TokenDataset | None:
     """The cached dataset at `path` if it was saved with exactly this `key`, else None."""
     meta = path.with_suffix(".json")
-    if not path.exists() or not meta.exists() or json.loads(meta.read_text()) != json.loads(json.dumps(key)):
+    try:  # a cache file a killed run cut short, or any other unreadable one, is a miss: the dataset is rebuilt
+        if not path.exists() or not meta.exists() or json.loads(meta.read_text()) != json.loads(json.dumps(key)):
+            return None
+        return TokenDataset(**torch.load(path, weights_only=True))
+    except UNREADABLE_CACHE:
         return None
-    return TokenDataset(**torch.load(path))

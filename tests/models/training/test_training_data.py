@@ -112,6 +112,10 @@ def test_an_interrupted_generation_resumes_to_the_dataset_of_an_uninterrupted_on
     with pytest.raises(_Interrupted):  # in the second batch: the first takes at most 1 prefill + 5 decode forwards
         build_dataset(tiny_documents, cfg, _Counting(peaked_target, stop_at=8), EOS_ID, progress=False, partial=partial)
     assert len(torch.load(partial)["parts"]) == 1
+    cut = tmp_path / "cut.partial.pt"  # a partial file a kill cut short is started over, not a traceback
+    cut.write_bytes(partial.read_bytes()[:64])
+    assert torch.equal(build_dataset(tiny_documents, cfg, peaked_target, EOS_ID, progress=False,
+                                     partial=cut).input_ids, expected.input_ids)
     resumed = _Counting(peaked_target)
     dataset = build_dataset(tiny_documents, cfg, resumed, EOS_ID, progress=False, partial=partial)
     assert resumed.calls < whole.calls  # the first batch was not generated again
@@ -133,10 +137,18 @@ def test_cache_round_trip_only_for_the_same_key(tmp_path, tiny_documents):
     loaded = load_dataset(path, {"data": cfg.__dict__, "target": "abc"})
     assert loaded is not None and torch.equal(loaded.input_ids, data.input_ids)
     assert load_dataset(path, {"data": cfg.__dict__, "target": "other"}) is None
+    path.write_bytes(path.read_bytes()[:100])  # a save a kill cut short: a miss, and the dataset is built again
+    assert load_dataset(path, {"data": cfg.__dict__, "target": "abc"}) is None
+    path.with_suffix(".json").write_bytes(b"\xff{")
+    assert load_dataset(path, {"data": cfg.__dict__, "target": "abc"}) is None
 
 
 def test_data_config_validation():
     with pytest.raises(ConfigError, match="source"):
         DataConfig(source="web")
+    with pytest.raises(ConfigError, match=r"data prompt_len must be in \[1, 1048576\], got 1000000000000"):
+        DataConfig(prompt_len=10 ** 12)
+    with pytest.raises(ConfigError, match=r"data num_samples must be in \[1, 10000000\], got 0"):
+        DataConfig(num_samples=0)
     with pytest.raises(ConfigError, match="top_p"):
         DataConfig(top_p=0.0)
