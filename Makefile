@@ -281,20 +281,40 @@ smollm2-regen-templates-drafter: setup
 		--init-from-drafter $(RETIRED)/smollm2-dspark-regen-selfchat --steps 850 --eval-every 170 \
 		--out $(RETIRED)/smollm2-dspark-regen-templates --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-regen-templates
 
-# The demo's drafter (embedded/smollm2-dspark-regen, issue 45 item 7): that drafter trained one epoch (335 steps at
-# batch 4) further on the replies to the other 1,420 prompts of the same draw (127,904 reply tokens; 24 min at 90
-# tokens/s), keeping its draft vocabulary (--init-from-drafter does); features online; training 21 min on the 2
-# cores. The greedy-matched loss on the same replies did no better (bench/results/smollm2/fresh-replies-loss/).
+# The rest regen drafter (retired: bench/results/retired-drafters/smollm2-dspark-regen-rest; the demo's until the one
+# below): that drafter trained one epoch (335 steps at batch 4) further on the replies to the other 1,420 prompts of
+# the same draw (127,904 reply tokens; 24 min at 90 tokens/s), keeping its draft vocabulary (--init-from-drafter
+# does); features online; training 21 min on the 2 cores. The greedy-matched loss on the same replies did no better
+# (bench/results/smollm2/fresh-replies-loss/).
 REST_PROMPTS := $(DSPARK_CACHE)/regen-templates/prompts-rest.jsonl
 REST_REPLIES := $(DSPARK_CACHE)/regen-templates/replies-rest.jsonl
-.PHONY: smollm2-regen-drafter
-smollm2-regen-drafter: setup
+.PHONY: smollm2-regen-rest-drafter
+smollm2-regen-rest-drafter: setup
 	@test -s $(RETIRED)/smollm2-dspark-regen-templates/model.safetensors || \
 		{ echo "$(RETIRED)/smollm2-dspark-regen-templates is missing: make smollm2-regen-templates-drafter"; exit 1; }
 	tail -n +$$(( $(TEMPLATE_LIMIT) + 1 )) $(TEMPLATE_PROMPTS) > $(REST_PROMPTS)
 	$(DSPARK) regenerate --input $(REST_PROMPTS) --out $(REST_REPLIES) $(REGENERATE_CPU)
 	$(DSPARK) train --target $(SMOLLM2) --data $(REST_REPLIES) $(REGEN_FINE_TUNE) \
 		--init-from-drafter $(RETIRED)/smollm2-dspark-regen-templates --steps 335 --eval-every 335 \
+		--out $(RETIRED)/smollm2-dspark-regen-rest --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-regen-rest
+
+# The demo's drafter (embedded/smollm2-dspark-regen, issue 45 item 7): that drafter trained one epoch (619 steps at
+# batch 4) further on replies to a second draw of the built-in chat prompts (`dspark chat-prompts` seed 9, less the
+# 1,101 prompts seed 8 also drew; the first 2,600 of the rest: 237,420 reply tokens in 53 min at 74 tokens/s),
+# keeping its draft vocabulary; features online; training 41 min on the 2 cores.
+SEED9_ALL := $(DSPARK_CACHE)/regen-templates/prompts-seed9-all.jsonl
+SEED9_PROMPTS := $(DSPARK_CACHE)/regen-templates/prompts-seed9.jsonl
+SEED9_REPLIES := $(DSPARK_CACHE)/regen-templates/replies-seed9.jsonl
+.PHONY: smollm2-regen-drafter
+smollm2-regen-drafter: setup
+	@test -s $(RETIRED)/smollm2-dspark-regen-rest/model.safetensors || \
+		{ echo "$(RETIRED)/smollm2-dspark-regen-rest is missing: make smollm2-regen-rest-drafter"; exit 1; }
+	$(DSPARK) chat-prompts --count 5000 --seed 8 --out $(TEMPLATE_PROMPTS)
+	$(DSPARK) chat-prompts --count 5000 --seed 9 --out $(SEED9_ALL)
+	grep -vxF -f $(TEMPLATE_PROMPTS) $(SEED9_ALL) > $(SEED9_PROMPTS)
+	$(DSPARK) regenerate --input $(SEED9_PROMPTS) --out $(SEED9_REPLIES) $(REGENERATE_CPU) --limit 2600
+	$(DSPARK) train --target $(SMOLLM2) --data $(SEED9_REPLIES) $(REGEN_FINE_TUNE) \
+		--init-from-drafter $(RETIRED)/smollm2-dspark-regen-rest --steps 619 --eval-every 619 \
 		--out embedded/smollm2-dspark-regen --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-regen
 
 # Kubernetes (docs/deploy.md). The toolchain lives in $(DSPARK_CACHE)/k8s/bin: helm, kubectl and,
