@@ -58,16 +58,16 @@ def engine(target_dir: Path, texts: list[str], sampling: ReplySampling, concurre
     conversations = [[{"role": "user", "content": t}] for t in texts]
     out.unlink(missing_ok=True)
 
-    async def run():
+    timing = {}
+
+    def open_engine() -> OfflineEngine:
         start = time.monotonic()
         backend = OfflineEngine(target_dir, cpu=True)
-        started = time.monotonic() - start
-        try:
-            return started, await regenerate(conversations, backend, out, sampling, concurrency, progress=False)
-        finally:
-            await backend.close()
+        timing["started"] = time.monotonic() - start
+        return backend
 
-    started, summary = asyncio.run(run())
+    summary = asyncio.run(regenerate(conversations, open_engine, out, sampling, concurrency, progress=False))
+    started = timing["started"]
     return {"reply_tokens": summary.reply_tokens, "wall_s": round(summary.wall_s, 2),
             "tokens_per_s": round(summary.tokens_per_s, 1), "engine_start_s": round(started, 1),
             "concurrency": concurrency, "dtype": "float32"}

@@ -19,7 +19,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from tqdm import tqdm
 
@@ -54,6 +54,8 @@ class ReplySampling:
 
 class ReplyBackend(Protocol):
     async def reply(self, messages: list[Message], sampling: dict) -> tuple[str, int]: ...
+
+    async def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -102,11 +104,6 @@ def done_indices(out: Path, total: int, sampling: dict, limits: ConversationLimi
     return done
 
 
-def check_concurrency(concurrency: int) -> None:
-    if not 1 <= concurrency <= MAX_CONCURRENCY:
-        raise ConfigError(f"--concurrency must be in [1, {MAX_CONCURRENCY}], got {concurrency}")
-
-
 async def regenerate_conversation(backend: ReplyBackend, messages: list[Message], sampling: dict
                                   ) -> tuple[list[Message], int]:
     """The conversation with every assistant turn the target's, and the reply tokens it wrote."""
@@ -119,12 +116,23 @@ async def regenerate_conversation(backend: ReplyBackend, messages: list[Message]
     return filled, tokens
 
 
-async def regenerate(conversations: list[list[Message]], backend: ReplyBackend, out: Path, sampling: ReplySampling,
-                     concurrency: int, progress: bool = True) -> RegenerationSummary:
-    """Regenerate every conversation not yet in `out` (module docstring)."""
-    check_concurrency(concurrency)
+async def regenerate(conversations: list[list[Message]], open_backend: Callable[[], ReplyBackend], out: Path,
+                     sampling: ReplySampling, concurrency: int, progress: bool = True) -> RegenerationSummary:
+    """Regenerate every conversation not yet in `out` (module docstring). The backend is opened (an Engine
+    started) only once `concurrency` and `out` have been checked, and closed at the end."""
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise ConfigError(f"--concurrency must be in [1, {MAX_CONCURRENCY}], got {concurrency}")
     settings = asdict(sampling)
     done = done_indices(out, len(conversations), settings)
+    backend = open_backend()
+    try:
+        return await _fill(conversations, backend, out, settings, concurrency, done, progress)
+    finally:
+        await backend.close()
+
+
+async def _fill(conversations: list[list[Message]], backend: ReplyBackend, out: Path, settings: dict,
+                concurrency: int, done: set[int], progress: bool) -> RegenerationSummary:
     todo = iter([i for i in range(len(conversations)) if i not in done])
     out.parent.mkdir(parents=True, exist_ok=True)
     start, written = time.monotonic(), {"conversations": 0, "tokens": 0}

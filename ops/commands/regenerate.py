@@ -15,12 +15,12 @@ import argparse
 import asyncio
 import os
 import sys
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 
 from dspark.models.errors import ConfigError
 from dspark.models.training.conversations import read_conversations
-from dspark.models.training.regenerate import ReplySampling, check_concurrency, done_indices, regenerate
+from dspark.models.training.regenerate import ReplySampling, regenerate
 from dspark.ops.arg_types import finite_float
 
 DEFAULT_CONCURRENCY = 64
@@ -69,14 +69,8 @@ def make_backend(args: argparse.Namespace):
 
 
 async def run(args: argparse.Namespace, sampling: ReplySampling, conversations) -> None:
-    check_concurrency(args.concurrency)  # the flags and --out are checked before an Engine starts
-    done_indices(args.out, len(conversations), asdict(sampling))
-    backend = make_backend(args)
-    try:
-        summary = await regenerate(conversations, backend, args.out, sampling, args.concurrency,
-                                   progress=not args.no_progress)
-    finally:
-        await backend.close()
+    summary = await regenerate(conversations, lambda: make_backend(args), args.out, sampling, args.concurrency,
+                               progress=not args.no_progress)
     print(f"wrote {args.out}: {summary.conversations} conversations regenerated ({summary.skipped} already there), "
           f"{summary.reply_tokens} reply tokens in {summary.wall_s:.1f} s, {summary.tokens_per_s:.1f} tokens/s")
 

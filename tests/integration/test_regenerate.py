@@ -45,7 +45,7 @@ def test_greedy_replies_are_the_target_s_over_its_own_earlier_turns(server, tmp_
         [{"role": "system", "content": "# helpers"}, {"role": "user", "content": "def f(x):"}],
     ]
     out = tmp_path / "regen.jsonl"
-    summary = asyncio.run(regenerate(conversations, OpenAIChatEndpoint(server.url), out, GREEDY, concurrency=2,
+    summary = asyncio.run(regenerate(conversations, lambda: OpenAIChatEndpoint(server.url), out, GREEDY, concurrency=2,
                                      progress=False))
     records = sorted((json.loads(line) for line in out.read_text().splitlines()), key=lambda r: r["index"])
     assert [r["index"] for r in records] == [0, 1, 2] and summary.conversations == 3
