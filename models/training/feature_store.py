@@ -75,7 +75,8 @@ def _progress_file(directory: Path, shard: int) -> Path:
 
 def _read_json(path: Path, what: str):
     try:
-        return json.loads(path.read_bytes()[:1 << 20])
+        with path.open("rb") as handle:  # a manifest is a few hundred bytes: more than 1 MiB is not one
+            return json.loads(handle.read(1 << 20))
     except (ValueError, RecursionError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError included
         raise ConfigError(f"feature store {what} {path} cannot be read ({str(error)[:120]}): delete the store's "
                           "directory to write it again") from None
