@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from dspark.models.errors import ConfigError
-from dspark.models.training.conversations import Message
+from dspark.models.training.conversations import Conversation, Message
 from dspark.models.training.data import TokenDataset
 
 
@@ -70,12 +70,12 @@ def conversation_sample(tokenizer, messages: list[Message], prompt_len: int, res
     return sample
 
 
-def conversations_dataset(conversations: list[list[Message]], tokenizer, prompt_len: int, response_len: int,
-                          pad_id: int, source: str) -> TokenDataset:
-    """Every conversation as a sample; `source` names the file in errors."""
+def conversations_dataset(conversations: list[Conversation], tokenizer, prompt_len: int, response_len: int,
+                          pad_id: int) -> TokenDataset:
+    """Every conversation as a sample; an error names the file and line it was read from."""
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError("--data needs a target tokenizer with a chat template")
-    samples = [conversation_sample(tokenizer, messages, prompt_len, response_len, pad_id, f"{source} record {i}")
-               for i, messages in enumerate(conversations)]
+    samples = [conversation_sample(tokenizer, c.messages, prompt_len, response_len, pad_id, c.where)
+               for c in conversations]
     fields = ("input_ids", "loss_mask", "attention_mask")
     return TokenDataset(*(torch.cat([getattr(s, f) for s in samples]) for f in fields))

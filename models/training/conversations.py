@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from dspark.models.errors import ConfigError
 from dspark.models.jsonl import MAX_LINE_BYTES, bounded_lines, parse_json_line
@@ -26,6 +27,12 @@ ROLES = ("system", "user", "assistant")
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
                   "assistant": "assistant", "system": "system"}
 Message = dict[str, str]
+
+
+class Conversation(NamedTuple):
+    """A conversation read from a file, with where it was read (`path:line`) to name it in later errors."""
+    where: str
+    messages: list[Message]
 
 
 @dataclass(frozen=True)

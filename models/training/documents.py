@@ -12,6 +12,7 @@ from dspark.models.errors import ConfigError
 from dspark.models.portable_paths import portable
 from dspark.models.prompts import read_turns
 from dspark.models.training.chat_prompts import generate_chat_prompts
+from dspark.models.training.conversations import Conversation
 from dspark.models.training.regenerate import read_regenerated
 
 BUILTIN_CHAT_PROMPTS = 6000  # size of the generated prompt set when no --prompts-file is given (seed 0)
@@ -44,10 +45,10 @@ def chat_prompt_texts(job: "TrainJob", corpus: Corpus) -> tuple[list[str], str]:
     return list(dict.fromkeys(texts)), " and ".join(sources)
 
 
-def file_first_turns(conversations: list[list[dict]]) -> list[str]:
+def file_first_turns(conversations: list[Conversation]) -> list[str]:
     """The first user turn of each conversation: what splits a --data file train / held-out, and what the
     held-out check prompts the target with."""
-    return [next(m["content"] for m in messages if m["role"] == "user") for messages in conversations]
+    return [next(m["content"] for m in c.messages if m["role"] == "user") for c in conversations]
 
 
 def job_documents(job: "TrainJob", tokenizer, corpus: Corpus):

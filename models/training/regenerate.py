@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from dspark.models.errors import ConfigError
 from dspark.models.jsonl import bounded_lines
-from dspark.models.training.conversations import (ConversationLimits, Message, conversation_from_record,
+from dspark.models.training.conversations import (Conversation, ConversationLimits, Message, conversation_from_record,
                                                   jsonl_records, parse_record, reply_skeleton)
 
 RECORD_START = b'{"index": '  # how json.dumps begins every record `regenerate` writes (index first)
@@ -158,8 +158,9 @@ async def _fill(conversations: list[list[Message]], backend: ReplyBackend, out: 
     return RegenerationSummary(written["conversations"], len(done), written["tokens"], time.monotonic() - start)
 
 
-def read_regenerated(path: Path, limits: ConversationLimits = ConversationLimits()) -> list[list[Message]]:
-    """The conversations of a `dspark regenerate` output, in input order, each checked as hostile input."""
+def read_regenerated(path: Path, limits: ConversationLimits = ConversationLimits()) -> list[Conversation]:
+    """The conversations of a `dspark regenerate` output, in input order, each checked as hostile input and named
+    by its line."""
     records, seen = [], set()
     for where, record in jsonl_records(path, "--data", limits):
         if not isinstance(record, dict) or type(record.get("index")) is not int:
@@ -167,6 +168,6 @@ def read_regenerated(path: Path, limits: ConversationLimits = ConversationLimits
         if record["index"] in seen:
             raise ConfigError(f"{where}: index {record['index']} again (a conversation is trained once)")
         seen.add(record["index"])
-        records.append((record["index"], conversation_from_record({"messages": record.get("messages")}, where,
-                                                                  limits)))
-    return [messages for _, messages in sorted(records, key=lambda r: r[0])]
+        messages = conversation_from_record({"messages": record.get("messages")}, where, limits)
+        records.append((record["index"], Conversation(where, messages)))
+    return [conversation for _, conversation in sorted(records, key=lambda r: r[0])]

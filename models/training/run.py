@@ -231,8 +231,7 @@ def file_dataset(job: TrainJob, conversations: list, tokenizer, held_out_percent
              if not is_held_out(text, held_out_percent)]
     if not train:
         raise ConfigError(f"--data {job.data_file}: every conversation falls in the held-out split")
-    return conversations_dataset(train, tokenizer, job.data.prompt_len, job.data.response_len, eos_id,
-                                 str(job.data_file))
+    return conversations_dataset(train, tokenizer, job.data.prompt_len, job.data.response_len, eos_id)
 
 
 def target_and_drafter(job: TrainJob, config: DrafterConfig, dist: DistContext,

@@ -6,6 +6,7 @@ from transformers import AutoTokenizer
 
 from dspark.models.errors import ConfigError
 from dspark.models.training.conversation_data import conversation_sample, conversations_dataset
+from dspark.models.training.conversations import Conversation
 
 from tests.paths import EMBEDDED_TARGET
 
@@ -47,12 +48,14 @@ def test_a_long_prompt_is_cut_from_the_left_and_its_reply_kept(tokenizer):
     assert mask[16:].all() and sample.attention_mask[0].all(), "the reply fills the rest, cut at 24 tokens"
 
 
-def test_a_conversation_without_a_reply_is_refused_by_index(tokenizer):
-    with pytest.raises(ConfigError, match="data.jsonl record 1: has no assistant turn"):
-        conversations_dataset([chat("a", "b"), chat("only a question")], tokenizer, 8, 8, EOS, "data.jsonl")
+def test_a_conversation_without_a_reply_is_refused_by_the_line_it_was_read_from(tokenizer):
+    conversations = [Conversation("data.jsonl:7", chat("a", "b")), Conversation("data.jsonl:3", chat("a question"))]
+    with pytest.raises(ConfigError, match="data.jsonl:3: has no assistant turn"):
+        conversations_dataset(conversations, tokenizer, 8, 8, EOS)
 
 
 def test_the_dataset_stacks_one_row_per_conversation(tokenizer):
-    dataset = conversations_dataset([chat("a", "b"), chat("x", "y", "z", "w")], tokenizer, 8, 8, EOS, "f")
+    conversations = [Conversation("f:1", chat("a", "b")), Conversation("f:2", chat("x", "y", "z", "w"))]
+    dataset = conversations_dataset(conversations, tokenizer, 8, 8, EOS)
     assert dataset.input_ids.shape == (2, 16) and dataset.loss_mask.dtype == torch.bool
     assert dataset.loss_mask.sum(1).gt(0).all()

@@ -23,7 +23,9 @@ def test_a_cut_last_line_is_dropped_and_the_file_stays_appendable(tmp_path):
     assert out.read_text() == record(3) + record(0), "the cut line is gone, the complete ones stay"
     with out.open("a") as sink:
         sink.write(record(1))
-    assert [m[0]["content"] for m in read_regenerated(out)] == ["q0", "q1", "q3"], "read back in input order"
+    conversations = read_regenerated(out)
+    assert [c.messages[0]["content"] for c in conversations] == ["q0", "q1", "q3"], "read back in input order"
+    assert [c.where for c in conversations] == [f"{out}:2", f"{out}:3", f"{out}:1"], "each named by its line"
 
 
 @pytest.mark.parametrize("lines, message", [
