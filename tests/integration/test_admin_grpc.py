@@ -46,7 +46,7 @@ pytestmark = pytest.mark.slow
 
 PROMPTS = ["def __init__(self", "import os\nimport sys\n\n\ndef main(", "for i in range(", "class Node:\n    "]
 MAX_NEW_TOKENS = 24
-FUZZ_UPDATES, FUZZ_CLIENTS = 2000, 4
+FUZZ_UPDATES, FUZZ_CLIENTS = 1000, 4  # 25 ms an update here: 1000 keep the fuzz at ~25 s of the CI budget
 
 
 @pytest.fixture(scope="module")
@@ -267,7 +267,7 @@ def random_update(rng: random.Random) -> tuple[dict, dict]:
     return patch, options
 
 
-def test_fuzz_thousands_of_random_updates(replica, tokens, admin, reference):
+def test_fuzz_a_thousand_random_updates_from_four_clients(replica, tokens, admin, reference):
     start = admin.get()
     audit_before = len(replica.audit_log.read_text().splitlines())
     outcomes = {"applied": 0, "validated": 0, "refused": 0}

@@ -6,7 +6,8 @@ more often than --max-restarts allows (issue 41).
 in a loop, retrying a refusal (503 while the replica drains) or a refused connection (while SGLang starts
 again), as a client behind a Kubernetes Service or a router would. Mid-load the Restart RPC drains and
 restarts SGLang. Every request must end answered with the target's own tokens, the live settings must
-survive the restart, and the supervisor and sidecar must stay the same processes."""
+survive the restart, and the supervisor and sidecar must stay the same processes. One replica (--max-restarts 1)
+takes the planned restart, then the crashes, so the suite starts one server for both."""
 from __future__ import annotations
 
 import http.client
@@ -57,64 +58,68 @@ def reference():
     return target_greedy_answers(PROMPTS, MAX_NEW_TOKENS)
 
 
-def test_restart_under_load_keeps_settings_and_loses_no_retried_request(tmp_path, reference):
-    server = DsparkServe.alone(tmp_path).start()
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One replica for both tests, in file order: the Restart RPC first (a planned restart is not a crash, so it
+    leaves --max-restarts 1 whole), then the crashes that end it."""
+    replica = DsparkServe.alone(tmp_path_factory.mktemp("restart"))
+    at = replica.command.index("--")
+    replica.command[at:at] = ["--max-restarts", "1"]
+    replica.start()
     try:
-        server.wait_ready()
-        admin, reader = server.client(server.admin_token), server.client(server.reader_token)
-        with pytest.raises(grpc.RpcError) as refused:
-            reader.restart(timeout_s=5)
-        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
-        admin.update({"max_verify_length": 3})
-        assert admin.get().sps_table_source == "sglang-forward"  # no table given: the schedulers measured one
-        sidecar_pids = {p.pid for p in children(server)}
-
-        replies = []
-        results = under_load(server, lambda: replies.append(admin.restart(timeout_s=500)), retried=(503,))
-        reply, = replies
-
-        assert reply.starts == 2 and reply.seconds > 0
-        assert reply.state.settings.max_verify_length == 3 and reply.state.settings.policy == "fixed"
-        assert admin.get().settings.max_verify_length == 3
-        assert admin.get().sps_table_source == "cached"  # the restart found the table instead of measuring again
-        wrong = [(p, a) for p, a, _, _ in results if a != reference[p]]
-        assert not wrong, f"{len(wrong)} of {len(results)} answers differ from the target's: {wrong[:2]}"
-        retried = [f for _, _, f, _ in results if f]
-        assert retried, "no request met the restart: the load did not span it"
-        assert server.process.poll() is None, "dspark serve itself must keep running"
-        assert {p.pid for p in children(server)} & sidecar_pids, "the admin sidecar must not be restarted"
-        audit = [json.loads(line) for line in server.audit_log.read_text().splitlines()]
-        assert [a["result"] for a in audit if a["rpc"] == "Restart"] == ["permission_denied", "restarted"]
-        print(f"{len(results)} requests answered identically, {len(retried)} retried "
-              f"({sum(len(f) for f in retried)} tries refused); restart took {reply.seconds:.1f} s")
+        replica.wait_ready()
+        yield replica
     finally:
-        server.stop()
+        replica.stop()
+
+
+def test_restart_under_load_keeps_settings_and_loses_no_retried_request(server, reference):
+    admin, reader = server.client(server.admin_token), server.client(server.reader_token)
+    with pytest.raises(grpc.RpcError) as refused:
+        reader.restart(timeout_s=5)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    admin.update({"max_verify_length": 3})
+    assert admin.get().sps_table_source == "sglang-forward"  # no table given: the schedulers measured one
+    sidecar_pids = {p.pid for p in children(server)}
+
+    replies = []
+    results = under_load(server, lambda: replies.append(admin.restart(timeout_s=500)), retried=(503,))
+    reply, = replies
+
+    assert reply.starts == 2 and reply.seconds > 0
+    assert reply.state.settings.max_verify_length == 3 and reply.state.settings.policy == "fixed"
+    assert admin.get().settings.max_verify_length == 3
+    assert admin.get().sps_table_source == "cached"  # the restart found the table instead of measuring again
+    wrong = [(p, a) for p, a, _, _ in results if a != reference[p]]
+    assert not wrong, f"{len(wrong)} of {len(results)} answers differ from the target's: {wrong[:2]}"
+    retried = [f for _, _, f, _ in results if f]
+    assert retried, "no request met the restart: the load did not span it"
+    assert server.process.poll() is None, "dspark serve itself must keep running"
+    assert {p.pid for p in children(server)} & sidecar_pids, "the admin sidecar must not be restarted"
+    assert server.metric("dspark_sglang_restarts") == 0, "a planned restart is not a crash"
+    audit = [json.loads(line) for line in server.audit_log.read_text().splitlines()]
+    assert [a["result"] for a in audit if a["rpc"] == "Restart"] == ["permission_denied", "restarted"]
+    print(f"{len(results)} requests answered identically, {len(retried)} retried "
+          f"({sum(len(f) for f in retried)} tries refused); restart took {reply.seconds:.1f} s")
 
 
 def test_sglang_killed_under_load_is_started_again_with_the_live_settings_until_it_crashes_too_often(
-        tmp_path, reference):
-    server = DsparkServe.alone(tmp_path)
-    at = server.command.index("--")
-    server.command[at:at] = ["--max-restarts", "1"]
-    server.start()
-    try:
-        server.wait_ready()
-        admin = server.client(server.admin_token)
-        admin.update({"max_verify_length": 3})
-        results = under_load(server, lambda: kill_scheduler(server), retried=(500, 502, 503))
-        wrong = [(p, a) for p, a, _, _ in results if a != reference[p]]
-        assert not wrong, f"{len(wrong)} of {len(results)} answers differ from the target's: {wrong[:2]}"
-        assert any(failures for _, _, failures, _ in results), "no request met the crash: the load did not span it"
-        wait_until(admin.serving, "the restarted SGLang serving its DSpark state")
-        assert admin.get().settings.max_verify_length == 3, "the live settings survive the crash"
-        assert generate(server.url, PROMPTS[0])[0] == reference[PROMPTS[0]]
-        assert server.metric("dspark_sglang_restarts") == 1
-        assert server.process.poll() is None
-        kill_scheduler(server)  # a second crash within the window: past --max-restarts 1
-        assert server.process.wait(timeout=120) != 0, "a crash loop must end in a non-zero exit"
-        assert "giving up" in server.log.read_text()
-    finally:
-        server.stop()
+        server, reference):
+    admin = server.client(server.admin_token)
+    wait_until(admin.serving, "SGLang serving its DSpark state")
+    admin.update({"max_verify_length": 2})
+    results = under_load(server, lambda: kill_scheduler(server), retried=(500, 502, 503))
+    wrong = [(p, a) for p, a, _, _ in results if a != reference[p]]
+    assert not wrong, f"{len(wrong)} of {len(results)} answers differ from the target's: {wrong[:2]}"
+    assert any(failures for _, _, failures, _ in results), "no request met the crash: the load did not span it"
+    wait_until(admin.serving, "the restarted SGLang serving its DSpark state")
+    assert admin.get().settings.max_verify_length == 2, "the live settings survive the crash"
+    assert generate(server.url, PROMPTS[0])[0] == reference[PROMPTS[0]]
+    assert server.metric("dspark_sglang_restarts") == 1
+    assert server.process.poll() is None
+    kill_scheduler(server)  # a second crash within the window: past --max-restarts 1
+    assert server.process.wait(timeout=120) != 0, "a crash loop must end in a non-zero exit"
+    assert "giving up" in server.log.read_text()
 
 
 def under_load(server: DsparkServe, disrupt, retried: tuple[int, ...]) -> list[tuple[str, list[int], list[str], float]]:
