@@ -183,13 +183,14 @@ smollm2-long-drafters: setup
 # drafter trains on those replies from its own weights (--init-from-drafter), in float32 (no native bf16 here).
 # Wall time on the 2 cores: prompts 25 min, replies 16 min, features 5 min, training 37 min (its card).
 SMOLLM2_SELF_CHAT := $(DSPARK_CACHE)/self-chat/smollm2-1920.jsonl
-$(SMOLLM2_SELF_CHAT):
-	$(DSPARK) self-chat --target $(SMOLLM2) --count 1920 --seed 0 --threads 2 --out $@
+.PHONY: smollm2-self-chat
+smollm2-self-chat: setup  # always run: it resumes a cut file, and does nothing once it holds 1920 turns
+	$(DSPARK) self-chat --target $(SMOLLM2) --count 1920 --seed 0 --threads 2 --out $(SMOLLM2_SELF_CHAT)
 SMOLLM2_CHAT := $(filter-out --bf16 --init-from-target,$(SMOLLM2_TRAIN)) --prompts-file $(SMOLLM2_SELF_CHAT) \
 	--builtin-prompts 0 --num-samples 1600 --n-anchors 48 --steps 500 --lr 5e-4 --threads 2 \
 	--init-from-drafter $(RETIRED)/smollm2-dspark-long
 .PHONY: smollm2-chat-drafter
-smollm2-chat-drafter: setup $(SMOLLM2_SELF_CHAT)
+smollm2-chat-drafter: smollm2-self-chat
 	$(DSPARK) train $(SMOLLM2_CHAT) $(SMOLLM2_DSPARK) \
 		--out $(RETIRED)/smollm2-dspark-chat --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-chat
 
@@ -197,7 +198,7 @@ smollm2-chat-drafter: setup $(SMOLLM2_SELF_CHAT)
 # (--loss-over-draft-vocab, models/training/losses.py): 1.6-2 s a step instead of ~3.5-4.5; 68 min on the 2 cores.
 # The later options override SMOLLM2_CHAT's (argparse keeps the last).
 .PHONY: smollm2-chat-vocab-drafter
-smollm2-chat-vocab-drafter: setup $(SMOLLM2_SELF_CHAT)
+smollm2-chat-vocab-drafter: smollm2-self-chat
 	$(DSPARK) train $(SMOLLM2_CHAT) $(SMOLLM2_DSPARK) --steps 2000 --loss-over-draft-vocab \
 		--init-from-drafter $(RETIRED)/smollm2-dspark-chat \
 		--out $(RETIRED)/smollm2-dspark-chat-vocab --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-chat-vocab
@@ -206,7 +207,7 @@ smollm2-chat-vocab-drafter: setup $(SMOLLM2_SELF_CHAT)
 # (most of them the same turns, none held out) and samples every reply anew, so the drafter sees new replies rather
 # than a third pass over the same 1600. Replies 30 min, features 6 min, training 61 min on the 2 cores.
 .PHONY: smollm2-chat-more-drafter
-smollm2-chat-more-drafter: setup $(SMOLLM2_SELF_CHAT)
+smollm2-chat-more-drafter: smollm2-self-chat
 	$(DSPARK) train $(SMOLLM2_CHAT) $(SMOLLM2_DSPARK) --steps 1500 --loss-over-draft-vocab --data-seed 43 \
 		--init-from-drafter $(RETIRED)/smollm2-dspark-chat-vocab \
 		--out $(RETIRED)/smollm2-dspark-chat-more --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-chat-more
@@ -216,7 +217,7 @@ smollm2-chat-more-drafter: setup $(SMOLLM2_SELF_CHAT)
 # reply as the demo's answers go. Greedy replies to a prompt are one reply, so this is 1600 new samples, not more.
 # On the 2-core EPYC with avx512_bf16 (float32): replies 20 min, features 7 min, training 27 min.
 .PHONY: smollm2-chat-greedy-drafter
-smollm2-chat-greedy-drafter: setup $(SMOLLM2_SELF_CHAT)
+smollm2-chat-greedy-drafter: smollm2-self-chat
 	$(DSPARK) train $(SMOLLM2_CHAT) $(SMOLLM2_DSPARK) --steps 1000 --loss-over-draft-vocab --temperature 0 \
 		--response-len 96 --init-from-drafter $(RETIRED)/smollm2-dspark-chat-more \
 		--out $(RETIRED)/smollm2-dspark-chat-greedy --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-chat-greedy

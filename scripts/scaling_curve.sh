@@ -4,7 +4,9 @@
 # size (GREEDY_LOSS_AT) also the greedy-matched loss (--loss greedy) on the same data; at the COMPARE_AT sizes,
 # DFlash and Eagle3 for the same training wall time as DSpark's; the demo's drafter on the same prompts. Every step resumes (regenerate
 # skips written conversations, dspark train --resume, the feature store finishes its shards, finished runs and
-# evaluations are skipped), so run it in the background and run it again after an interruption.
+# evaluations are skipped), so run it in the background and run it again after an interruption. A run whose eval
+# JSON and train log are already under bench/results/scaling/ is not run again, so a larger size can be added to
+# the committed curve (with DSPARK_CACHE on a disk that outlives the session).
 #
 # The defaults are the run committed under bench/results/scaling/ (about 3.5 hours on 2 cores: 1600 self-chat
 # prompts, ~140K reply tokens, at most 126K of them trained on). SIZES="100000 500000 2000000" PROMPTS=25000 is
@@ -27,8 +29,9 @@ epochs=${EPOCHS:-2}
 eval_limit=${EVAL_LIMIT:-32}
 mkdir -p "$work" "$results"
 
-# 1. Prompts in the target's own voice (dspark self-chat), then its replies through SGLang's Engine (CPU recipe).
-[ -s "$work/prompts.jsonl" ] || "$dspark" self-chat --target "$target" --count "$prompts" --max-tokens 64 --seed 0 \
+# 1. Prompts in the target's own voice (dspark self-chat: resumes, and does nothing once complete), then its replies
+# through SGLang's Engine (CPU recipe).
+"$dspark" self-chat --target "$target" --count "$prompts" --max-tokens 64 --seed 0 \
     --threads 2 --out "$work/prompts.jsonl"
 [ -s "$work/replies.jsonl" ] && [ "$(wc -l < "$work/replies.jsonl")" -ge "$(wc -l < "$work/prompts.jsonl")" ] ||
     "$dspark" regenerate --input "$work/prompts.jsonl" --out "$work/replies.jsonl" --target "$target" --device cpu \
@@ -69,9 +72,10 @@ block=(--loss-over-draft-vocab)  # the block drafters' loss over their draft voc
 eval_args=(--target "$target" --datasets "$eval_prompts/mt-bench.jsonl" --limit "$eval_limit" --max-new-tokens 96
            --temperature 0 --policy fixed --drafting always --no-baseline --threads 2)
 
-train_and_eval() {  # train_and_eval NAME DATA STEPS EXTRA...
+train_and_eval() {  # train_and_eval NAME DATA STEPS EXTRA... (a run whose results are committed is kept as it is)
     local name=$1 data=$2 steps=$3
     shift 3
+    [ -s "$results/$name.json" ] && [ -s "$results/$name.train_log.json" ] && return
     [ -s "$work/$name/train_log.json" ] || "$dspark" train "${common[@]}" --data "$data" --steps "$steps" \
         --eval-every $((steps / 5 > 0 ? steps / 5 : 1)) --out "$work/$name" --work-dir "$work/$name-work" "$@"
     cp "$work/$name/train_log.json" "$results/$name.train_log.json"
@@ -96,7 +100,7 @@ read -r -a compare_sizes <<< "${COMPARE_AT:-14000 126000}"
 for compare in "${compare_sizes[@]}"; do
     n=$(subset "$work/replies.jsonl" "$compare" "$work/replies-$compare.jsonl")
     minutes=$("$python" -c "import json,sys; print(json.load(open(sys.argv[1]))['wall_s'] / 60)" \
-        "$work/dspark-$compare/train_log.json")
+        "$results/dspark-$compare.train_log.json")
     train_and_eval "dflash-$compare" "$work/replies-$compare.jsonl" "$(( $(steps_for "$n") * 10 ))" --drafter dflash \
         "${block[@]}" --num-layers 2 --minutes "$minutes"
     train_and_eval "eagle3-$compare" "$work/replies-$compare.jsonl" "$(( $(steps_for "$n") * 10 ))" --drafter eagle3 \

@@ -7,20 +7,28 @@ templates (chat_prompts.py), whose fixed phrasings a drafter learns and then mee
 Instruct they read like "Can you help me prepare a basic spice mix for a basic Italian recipe?" or a paragraph
 about a problem at work that ends in a question.
 
-A turn counts when the model closes it within `max_tokens`; empty and repeated turns are dropped. The same
-(target, count, seed, settings) give the same list. No eval prompt is read; the records are {"turns": [text]} like
-the eval sets', for `dspark train --prompts-file`.
+A turn counts when the model closes it within `max_tokens`; empty and repeated turns are dropped. Batch b draws
+from its own random stream (`batch_generator`), so the same (target, seed, settings) give the same list, and a run
+resumed from batch b, or extended to a larger count, gives the list an uninterrupted run would. No eval prompt is
+read; the records are {"turns": [text]} like the eval sets', for `dspark train --prompts-file`.
 """
 from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from dspark.models.errors import ConfigError
+from dspark.models.jsonl import bounded_lines, parse_json_line
 from dspark.models.training.data import DataConfig, continue_prompts
 
 MARK = "\u2063USER-TURN\u2063"  # a placeholder no template contains
 MAX_ROWS_PER_TURN = 8  # give up once 8 x count sampled rows have not given count turns
+SEED_LIMIT = 2**63  # seeds are 0 <= seed < SEED_LIMIT (hashed with the batch index: batch_generator)
+RECORD_START = b'{"turns": '  # how json.dumps begins every record `record_line` writes
 
 
 def user_turn_opening(tokenizer) -> list[int]:
@@ -37,32 +45,46 @@ def user_turn_opening(tokenizer) -> list[int]:
     return opening
 
 
+def batch_generator(seed: int, batch: int) -> torch.Generator:
+    """The random stream of batch `batch` of a run seeded `seed`: the same whatever ran before it. Hashed, since
+    torch's CPU generator keeps only 32 bits of a seed (seed * 2**32 + batch would give every seed one stream)."""
+    digest = hashlib.sha256(f"self-chat seed {seed} batch {batch}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:4], "little"))
+
+
 @torch.no_grad()
-def sample_user_turns(target: torch.nn.Module, tokenizer, count: int, *, max_tokens: int = 96, seed: int = 0,
-                      batch_size: int = 64, progress: bool = True) -> list[str]:
-    """`count` distinct user turns sampled from the target (module docstring), in the order they were drawn."""
-    if count < 1 or max_tokens < 1 or batch_size < 1:
-        raise ConfigError(f"count, max_tokens and batch_size must be >= 1, got {count}, {max_tokens}, {batch_size}")
+def user_turn_batches(target: torch.nn.Module, tokenizer, count: int, *, max_tokens: int = 96, seed: int = 0,
+                      batch_size: int = 64, drawn: tuple[str, ...] = (), first_batch: int = 0,
+                      progress: bool = True):
+    """Yield (batch index, the distinct user turns it added), from batch `first_batch`, until `drawn` and the turns
+    yielded hold `count` (module docstring). `drawn` are the turns batches before `first_batch` gave (a resumed
+    run's), so that none is yielded twice."""
+    if count < 1 or max_tokens < 1 or batch_size < 1 or not 0 <= seed < SEED_LIMIT or first_batch < 0:
+        raise ConfigError(f"count, max_tokens and batch_size must be >= 1 and seed in [0, {SEED_LIMIT}), got "
+                          f"{count}, {max_tokens}, {batch_size} and {seed}")
     opening = torch.tensor(user_turn_opening(tokenizer), device=next(target.parameters()).device)
     end_of_turn = tokenizer.eos_token_id
     cfg = DataConfig(source="generations", num_samples=count, prompt_len=len(opening), response_len=max_tokens,
                      temperature=1.0, top_p=1.0, top_k=0, generation_batch_size=batch_size, seed=seed)
-    generator = torch.Generator().manual_seed(seed)
-    turns: dict[str, None] = {}  # insertion-ordered set
-    rows = 0
-    with tqdm(total=count, desc="sampling user turns", unit="turn", disable=not progress) as bar:
+    turns = dict.fromkeys(drawn)  # an insertion-ordered set
+    batch = first_batch
+    with tqdm(total=count, initial=min(len(turns), count), desc="sampling user turns", unit="turn",
+              disable=not progress) as bar:
         while len(turns) < count:
-            if rows >= MAX_ROWS_PER_TURN * count:
-                raise ConfigError(f"only {len(turns)} of {count} user turns were closed and distinct in {rows} "
-                                  "samples: raise max_tokens or ask for fewer")
-            rows += batch_size
-            part = continue_prompts(target, opening.expand(batch_size, -1), cfg, end_of_turn, generator)
+            if batch * batch_size >= MAX_ROWS_PER_TURN * count:
+                raise ConfigError(f"only {len(turns)} of {count} user turns were closed and distinct in "
+                                  f"{batch * batch_size} samples: raise max_tokens or ask for fewer")
+            part = continue_prompts(target, opening.expand(batch_size, -1), cfg, end_of_turn,
+                                    batch_generator(seed, batch))
+            added = []
             for ids, written in zip(part.input_ids[:, len(opening):], part.loss_mask[:, len(opening):]):
                 text = closed_turn(ids[written].tolist(), end_of_turn, tokenizer)
                 if text and text not in turns and len(turns) < count:
                     turns[text] = None
-                    bar.update(1)
-    return list(turns)
+                    added.append(text)
+            bar.update(len(added))
+            yield batch, added
+            batch += 1
 
 
 def closed_turn(ids: list[int], end_of_turn: int, tokenizer) -> str:
@@ -70,3 +92,47 @@ def closed_turn(ids: list[int], end_of_turn: int, tokenizer) -> str:
     if not ids or ids[-1] != end_of_turn:
         return ""
     return tokenizer.decode(ids[:-1], skip_special_tokens=True).strip()
+
+
+def record_line(turn: str, batch: int, sampling: dict) -> str:
+    """One output record: the eval sets' {"turns": [text]}, with the batch that drew it and the run's settings, so
+    a run can be resumed (`resume_point`)."""
+    return json.dumps({"turns": [turn], "batch": batch, "sampling": sampling}) + "\n"
+
+
+def resume_point(out: Path, sampling: dict) -> tuple[list[str], int]:
+    """(the turns already in `out`, the batch to start from) for a run with `sampling`: the last batch written is
+    drawn again, since a kill may have cut it short (its turns already written are not added twice). A cut last
+    line (a killed writer's: it starts as every record does) is dropped once every complete line has been read as a
+    record of this run; any other file is refused whole and left as it was."""
+    if not out.exists():
+        return [], 0
+    if not out.is_file():
+        raise ConfigError(f"--out {out} is not a file")
+    turns, last_batch, complete, cut = [], 0, 0, False
+    for number, line in bounded_lines(out):
+        where = f"{out}:{number}"
+        if not line.endswith(b"\n"):
+            cut = line.startswith(RECORD_START)
+            if not cut:
+                raise ConfigError(f"{where} is not a self-chat record; write to a new --out")
+            break
+        complete += len(line)
+        record = parse_json_line(line, where)
+        batch = record.get("batch") if isinstance(record, dict) else None
+        text = record.get("turns") if isinstance(record, dict) else None
+        if type(batch) is not int or batch < last_batch or not (isinstance(text, list) and len(text) == 1
+                                                                and isinstance(text[0], str) and text[0]):
+            raise ConfigError(f"{where} is not a self-chat record of this run (one turn, batches in order); "
+                              "write to a new --out")
+        if record.get("sampling") != sampling:
+            raise ConfigError(f"{where} was drawn with {str(record.get('sampling'))[:300]}, this run with {sampling}: "
+                              "use the same settings to resume, or a new --out")
+        turns.append(text[0])
+        last_batch = batch
+    if len(set(turns)) != len(turns):
+        raise ConfigError(f"{out} repeats a turn: not a self-chat output; write to a new --out")
+    if cut:
+        with out.open("r+b") as handle:
+            handle.truncate(complete)
+    return turns, last_batch

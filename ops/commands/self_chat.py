@@ -4,7 +4,9 @@
     dspark train --data-source chat --prompts-file self_chat.jsonl --builtin-prompts 600 ...
 
 models/training/self_chat.py says how (the target opens a user turn in its own chat template and writes it).
-Records are {"turns": [text]} JSONL, one per line, in the order drawn; the same settings give the same file.
+Records are {"turns": [text], "batch": b, "sampling": {...}} JSONL, one per line, in the order drawn, appended as
+each batch ends; the same settings give the same file. Run it again after a kill, or with a larger --count, and it
+goes on from the last batch written, to the file an uninterrupted run writes.
 """
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from dspark.models.target_io import load_frozen_target, load_target_config
-from dspark.models.training.self_chat import sample_user_turns, user_turn_opening
+from dspark.models.target_io import load_frozen_target, load_target_config, target_fingerprint
+from dspark.models.training.self_chat import record_line, resume_point, user_turn_batches, user_turn_opening
 from dspark.models.training.trainer import bf16_autocast
 from dspark.ops.commands.threads import add_threads_arg, use_threads
 
@@ -38,12 +40,20 @@ def run(args: argparse.Namespace) -> int:
     use_threads(args)
     _, tokenizer = load_target_config(args.target)
     user_turn_opening(tokenizer)  # a target without chat turns is refused before its weights load
+    sampling = {"seed": args.seed, "max_tokens": args.max_tokens, "batch_size": args.batch_size, "bf16": args.bf16,
+                "target_sha256": target_fingerprint(args.target)[:16]}
+    drawn, first_batch = resume_point(args.out, sampling)
+    if len(drawn) >= args.count:
+        print(f"{args.out} already holds {len(drawn)} user turns (--count {args.count}): nothing to do")
+        return 0
     device = torch.device("cpu")
     target = load_frozen_target(args.target, device)
-    with bf16_autocast(args.bf16, device):
-        turns = sample_user_turns(target, tokenizer, args.count, max_tokens=args.max_tokens, seed=args.seed,
-                                  batch_size=args.batch_size)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("".join(json.dumps({"turns": [turn]}) + "\n" for turn in turns), encoding="utf-8")
-    print(f"wrote {len(turns)} user turns to {args.out}")
+    with bf16_autocast(args.bf16, device), args.out.open("a", encoding="utf-8") as sink:
+        for batch, added in user_turn_batches(target, tokenizer, args.count, max_tokens=args.max_tokens,
+                                              seed=args.seed, batch_size=args.batch_size, drawn=tuple(drawn),
+                                              first_batch=first_batch):
+            sink.write("".join(record_line(turn, batch, sampling) for turn in added))
+            sink.flush()
+    print(f"wrote {args.count - len(drawn)} user turns to {args.out} ({args.count} in all)")
     return 0

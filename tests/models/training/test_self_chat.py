@@ -12,7 +12,8 @@ from dspark.models.errors import ConfigError
 from dspark.models.prompts import read_turns
 from dspark.models.targets.smollm2 import is_provided, target_dir
 from dspark.models.training.documents import chat_prompt_texts
-from dspark.models.training.self_chat import closed_turn, sample_user_turns, user_turn_opening
+from dspark.models.training.self_chat import (closed_turn, record_line, resume_point, user_turn_batches,
+                                               user_turn_opening)
 from dspark.ops.cli import main
 from tests.paths import EMBEDDED_TARGET
 
@@ -54,30 +55,68 @@ def test_only_a_turn_the_model_closed_counts(chat_target):
     assert closed_turn([end], end, tokenizer) == ""
 
 
+def sample_user_turns(target, tokenizer, count: int, **settings) -> list[str]:
+    return [turn for _, added in user_turn_batches(target, tokenizer, count, progress=False, **settings)
+            for turn in added]
+
+
 @needs_smollm2
 def test_sampled_turns_are_distinct_closed_and_reproducible(chat_target):
     target, tokenizer = chat_target
-    sample = lambda seed: sample_user_turns(target, tokenizer, 4, max_tokens=40, seed=seed, batch_size=8,  # noqa: E731
-                                            progress=False)
-    turns = sample(3)
+    # seeds 0 and 2 fill 4 turns from one batch each (the test's cost)
+    sample = lambda seed: sample_user_turns(target, tokenizer, 4, max_tokens=32, seed=seed, batch_size=8)  # noqa: E731
+    turns = sample(0)
     assert len(turns) == len(set(turns)) == 4 and all(t and t == t.strip() for t in turns)
-    assert sample(3) == turns and sample(4) != turns
+    assert sample(0) == turns and sample(2) != turns
 
 
 @needs_smollm2
 def test_sampling_gives_up_with_a_clear_error_when_turns_never_close(chat_target):
     target, tokenizer = chat_target
     with pytest.raises(ConfigError, match="user turns were closed and distinct in .* raise max_tokens"):
-        sample_user_turns(target, tokenizer, 4, max_tokens=1, batch_size=8, progress=False)
+        sample_user_turns(target, tokenizer, 4, max_tokens=1, batch_size=8)
 
 
 @needs_smollm2
-def test_the_command_writes_a_prompts_file_train_reads(tmp_path, capsys):
+def test_a_run_cut_short_or_extended_writes_the_file_one_run_writes(tmp_path, capsys):
+    run = lambda out, count: main(["self-chat", "--target", str(SMOLLM2), "--count", str(count), "--seed", "0",  # noqa: E731
+                                   "--max-tokens", "32", "--batch-size", "4", "--out", str(out)])
+    whole, resumed = tmp_path / "whole.jsonl", tmp_path / "resumed.jsonl"
+    assert run(whole, 4) == 0 and len(read_turns(whole)) == 4, "a prompts file dspark train reads"
+    assert run(resumed, 2) == 0
+    assert whole.read_text().startswith(resumed.read_text())
+    with resumed.open("a") as sink:
+        sink.write('{"turns": ["a turn whose writer was kil')
+    assert run(resumed, 4) == 0 and resumed.read_text() == whole.read_text(), "the cut line dropped, then extended"
+    assert run(resumed, 4) == 0 and resumed.read_text() == whole.read_text()
+    assert "already holds 4 user turns (--count 4): nothing to do" in capsys.readouterr().out
+
+
+SAMPLING = {"seed": 0, "max_tokens": 8, "batch_size": 4, "bf16": False, "target_sha256": "0" * 16}
+
+
+@pytest.mark.parametrize("lines, message", [
+    ([record_line("a", 0, {**SAMPLING, "seed": 1})], "drawn with .*use the same settings"),
+    (['{"turns": ["a"]}\n'], ":1 is not a self-chat record of this run"),
+    ([record_line("a", 1, SAMPLING), record_line("b", 0, SAMPLING)], ":2 is not a self-chat record of this run"),
+    ([record_line("a", 0, SAMPLING), record_line("a", 0, SAMPLING)], "repeats a turn"),
+    (["my notes, no newline"], ":1 is not a self-chat record; write to a new --out"),
+    (["[" * 100_000 + "\n"], ":1: not JSON this reader takes"),
+])
+def test_an_out_that_is_not_this_run_s_is_refused_and_left_as_it_was(tmp_path, lines, message):
     out = tmp_path / "turns.jsonl"
-    assert main(["self-chat", "--target", str(SMOLLM2), "--count", "3", "--max-tokens", "40", "--batch-size", "8",
-                 "--out", str(out)]) == 0
-    assert f"wrote 3 user turns to {out}" in capsys.readouterr().out
-    assert len(read_turns(out)) == 3 and all(read_turns(out))
+    out.write_text("".join(lines))
+    with pytest.raises(ConfigError, match=message):
+        resume_point(out, SAMPLING)
+    assert out.read_text() == "".join(lines)
+
+
+def test_a_run_resumes_from_its_last_batch_written(tmp_path):
+    out = tmp_path / "turns.jsonl"
+    assert resume_point(out, SAMPLING) == ([], 0)
+    out.write_text(record_line("a", 0, SAMPLING) + record_line("b", 2, SAMPLING) + record_line("c", 2, SAMPLING)[:12])
+    assert resume_point(out, SAMPLING) == (["a", "b"], 2), "batch 2 is drawn again: it may have been cut short"
+    assert out.read_text() == record_line("a", 0, SAMPLING) + record_line("b", 2, SAMPLING)
 
 
 def test_the_command_refuses_a_target_without_turn_markers(tmp_path, capsys):
