@@ -260,7 +260,7 @@ def test_rollback_returns_to_the_first_revisions_pods(plane):
 def test_a_release_asking_for_more_gpus_than_exist_stays_pending_and_is_undone(plane):
     greedy = subprocess.Popen(
         ["make", "--no-print-directory", "deploy", f"NAMESPACE={NAMESPACE}", "RELEASE=greedy", f"VALUES={GPU_VALUES}",
-         "DEPLOY_TIMEOUT=40s", "HELM_FLAGS=--set gpu.count=16 --set replicaCount=1 --set router.enabled=false"],
+         "DEPLOY_TIMEOUT=20s", "HELM_FLAGS=--set gpu.count=16 --set replicaCount=1 --set router.enabled=false"],
         cwd=REPO, env=plane.env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         pod = eventually(lambda: next(iter(server_pods(plane, "greedy")), None), "the greedy release made no pod")
