@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,7 +28,30 @@ from dspark.models.training.data import DataConfig, continue_prompts
 
 MARK = "\u2063USER-TURN\u2063"  # a placeholder no template contains
 MAX_ROWS_PER_TURN = 8  # give up once 8 x count sampled rows have not given count turns
-SEED_LIMIT = 2**63  # seeds are 0 <= seed < SEED_LIMIT (hashed with the batch index: batch_generator)
+BOUNDS = {"count": (1, 10_000_000), "max_tokens": (1, 4096), "batch_size": (1, 1024), "seed": (0, 2**63 - 1)}
+
+
+@dataclass(frozen=True)
+class TurnSampling:
+    """How user turns are drawn: `dspark self-chat`'s flags (their one definition), checked before a model loads.
+    Every setting but `count` is also recorded with each turn written, so that a run resumes only with its own."""
+
+    count: int  # distinct turns wanted in the file
+    max_tokens: int = 96  # a turn not closed within this many is dropped
+    batch_size: int = 64  # rows sampled together (each row's logits: batch_size x vocab floats a step)
+    seed: int = 0  # hashed with the batch index (batch_generator)
+    bf16: bool = False
+
+    def __post_init__(self) -> None:
+        for name, (low, high) in BOUNDS.items():
+            value = getattr(self, name)
+            if type(value) is not int or not low <= value <= high:
+                raise ConfigError(f"--{name.replace('_', '-')} must be in [{low}, {high}], got {value}")
+
+    def recorded(self, target_sha256: str) -> dict:
+        """What each written record carries: every setting that changes the turns drawn."""
+        return {"seed": self.seed, "max_tokens": self.max_tokens, "batch_size": self.batch_size, "bf16": self.bf16,
+                "target_sha256": target_sha256[:16]}
 RECORD_START = b'{"turns": '  # how json.dumps begins every record `record_line` writes
 
 
@@ -53,15 +77,12 @@ def batch_generator(seed: int, batch: int) -> torch.Generator:
 
 
 @torch.no_grad()
-def user_turn_batches(target: torch.nn.Module, tokenizer, count: int, *, max_tokens: int = 96, seed: int = 0,
-                      batch_size: int = 64, drawn: tuple[str, ...] = (), first_batch: int = 0,
-                      progress: bool = True):
+def user_turn_batches(target: torch.nn.Module, tokenizer, sampling: TurnSampling, drawn: tuple[str, ...] = (),
+                      first_batch: int = 0, progress: bool = True):
     """Yield (batch index, the distinct user turns it added), from batch `first_batch`, until `drawn` and the turns
-    yielded hold `count` (module docstring). `drawn` are the turns batches before `first_batch` gave (a resumed
-    run's), so that none is yielded twice."""
-    if count < 1 or max_tokens < 1 or batch_size < 1 or not 0 <= seed < SEED_LIMIT or first_batch < 0:
-        raise ConfigError(f"count, max_tokens and batch_size must be >= 1 and seed in [0, {SEED_LIMIT}), got "
-                          f"{count}, {max_tokens}, {batch_size} and {seed}")
+    yielded hold `sampling.count` (module docstring). `drawn` are the turns batches before `first_batch` gave (a
+    resumed run's), so that none is yielded twice."""
+    count, max_tokens, batch_size, seed = sampling.count, sampling.max_tokens, sampling.batch_size, sampling.seed
     opening = torch.tensor(user_turn_opening(tokenizer), device=next(target.parameters()).device)
     end_of_turn = tokenizer.eos_token_id
     cfg = DataConfig(source="generations", num_samples=count, prompt_len=len(opening), response_len=max_tokens,

@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 from dspark.models.target_io import load_frozen_target, load_target_config, target_fingerprint
-from dspark.models.training.self_chat import record_line, resume_point, user_turn_batches, user_turn_opening
+from dspark.models.training.self_chat import (TurnSampling, record_line, resume_point, user_turn_batches,
+                                               user_turn_opening)
 from dspark.models.training.trainer import bf16_autocast
 from dspark.ops.commands.threads import add_threads_arg, use_threads
 
@@ -27,10 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=Path, required=True, help="transformers chat model directory")
     parser.add_argument("--count", type=int, required=True, help="distinct user turns to write")
-    parser.add_argument("--out", type=Path, required=True, help=".jsonl file to write")
-    parser.add_argument("--max-tokens", type=int, default=96, help="a turn not closed within this many is dropped")
-    parser.add_argument("--batch-size", type=int, default=64, help="turns sampled together")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True, help=".jsonl file to write, or to resume")
+    parser.add_argument("--max-tokens", type=int, default=TurnSampling.max_tokens,
+                        help="a turn not closed within this many is dropped")
+    parser.add_argument("--batch-size", type=int, default=TurnSampling.batch_size, help="turns sampled together")
+    parser.add_argument("--seed", type=int, default=TurnSampling.seed)
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (faster on AMX; other samples)")
     add_threads_arg(parser)
     parser.set_defaults(func=run)
@@ -38,11 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     use_threads(args)
+    sampling = TurnSampling(args.count, args.max_tokens, args.batch_size, args.seed, args.bf16)
     _, tokenizer = load_target_config(args.target)
     user_turn_opening(tokenizer)  # a target without chat turns is refused before its weights load
-    sampling = {"seed": args.seed, "max_tokens": args.max_tokens, "batch_size": args.batch_size, "bf16": args.bf16,
-                "target_sha256": target_fingerprint(args.target)[:16]}
-    drawn, first_batch = resume_point(args.out, sampling)
+    recorded = sampling.recorded(target_fingerprint(args.target))
+    drawn, first_batch = resume_point(args.out, recorded)
     if len(drawn) >= args.count:
         print(f"{args.out} already holds {len(drawn)} user turns (--count {args.count}): nothing to do")
         return 0
@@ -50,10 +52,8 @@ def run(args: argparse.Namespace) -> int:
     target = load_frozen_target(args.target, device)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with bf16_autocast(args.bf16, device), args.out.open("a", encoding="utf-8") as sink:
-        for batch, added in user_turn_batches(target, tokenizer, args.count, max_tokens=args.max_tokens,
-                                              seed=args.seed, batch_size=args.batch_size, drawn=tuple(drawn),
-                                              first_batch=first_batch):
-            sink.write("".join(record_line(turn, batch, sampling) for turn in added))
+        for batch, added in user_turn_batches(target, tokenizer, sampling, tuple(drawn), first_batch):
+            sink.write("".join(record_line(turn, batch, recorded) for turn in added))
             sink.flush()
     print(f"wrote {args.count - len(drawn)} user turns to {args.out} ({args.count} in all)")
     return 0

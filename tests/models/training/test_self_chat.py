@@ -12,8 +12,8 @@ from dspark.models.errors import ConfigError
 from dspark.models.prompts import read_turns
 from dspark.models.targets.smollm2 import is_provided, target_dir
 from dspark.models.training.documents import chat_prompt_texts
-from dspark.models.training.self_chat import (closed_turn, record_line, resume_point, user_turn_batches,
-                                               user_turn_opening)
+from dspark.models.training.self_chat import (TurnSampling, closed_turn, record_line, resume_point,
+                                               user_turn_batches, user_turn_opening)
 from dspark.ops.cli import main
 from tests.paths import EMBEDDED_TARGET
 
@@ -56,7 +56,7 @@ def test_only_a_turn_the_model_closed_counts(chat_target):
 
 
 def sample_user_turns(target, tokenizer, count: int, **settings) -> list[str]:
-    return [turn for _, added in user_turn_batches(target, tokenizer, count, progress=False, **settings)
+    return [turn for _, added in user_turn_batches(target, tokenizer, TurnSampling(count, **settings), progress=False)
             for turn in added]
 
 
@@ -92,7 +92,18 @@ def test_a_run_cut_short_or_extended_writes_the_file_one_run_writes(tmp_path, ca
     assert "already holds 4 user turns (--count 4): nothing to do" in capsys.readouterr().out
 
 
-SAMPLING = {"seed": 0, "max_tokens": 8, "batch_size": 4, "bf16": False, "target_sha256": "0" * 16}
+SAMPLING = TurnSampling(count=4, max_tokens=8, batch_size=4).recorded("0" * 64)
+
+
+@pytest.mark.parametrize("flag, value", [("--count", "0"), ("--count", "10000001"), ("--max-tokens", "5000"),
+                                         ("--batch-size", "100000000"), ("--seed", "-1"), ("--seed", str(2**63))])
+def test_a_flag_out_of_bounds_is_refused_by_name_before_the_target_is_read(tmp_path, capsys, flag, value):
+    args = {"--count": "4", flag: value}
+    command = ["self-chat", "--target", str(tmp_path / "no-target"), "--out", str(tmp_path / "t.jsonl")]
+    assert main(command + [word for pair in args.items() for word in pair]) == 2
+    error = capsys.readouterr().err
+    assert f"{flag} must be in [" in error and error.rstrip().endswith(f"got {value}")
+    assert not (tmp_path / "t.jsonl").exists()
 
 
 @pytest.mark.parametrize("lines, message", [
