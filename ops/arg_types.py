@@ -3,11 +3,21 @@
 `finite_float` is the type of every float flag: Python's float() takes "nan" and "inf", and a NaN compares
 false with every bound, so `--admin-update-rate nan` used to switch the rate limit off. A non-finite value is
 refused by argparse, naming the flag and the value.
+
+`int_in(low, high)` types an integer flag with its bounds, so argparse refuses a value outside them, naming the
+flag, the bound and the value, before a command starts any work. The shared ones: SEED (torch and numpy take a
+seed up to 2**32 - 1; a larger one was a traceback after the model had loaded), PORT, THREADS (torch's CPU
+threads: `--threads 100000` aborted the process) and BATCH (requests or rows decoded together: it multiplies
+every activation, and the vocabulary-wide logits, of the batch).
+
+`http_url` types a server address flag: http(s), a host, and a port in range if one is given (`--url foo` was an
+AttributeError deep in a client, `http://h:99999` a ValueError).
 """
 from __future__ import annotations
 
 import argparse
 import math
+from urllib.parse import urlparse
 
 
 def finite_float(text: str) -> float:
@@ -18,3 +28,37 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
     return value
+
+
+def int_in(low: int, high: int):
+    """An argparse type: an integer in [low, high]."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text[:40]!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], got {text[:40]}")
+        return value
+    parse.__name__ = f"integer in [{low}, {high}]"
+    return parse
+
+
+SEED = int_in(0, 2**32 - 1)
+PORT = int_in(1, 65535)
+THREADS = int_in(1, 1024)
+BATCH = int_in(1, 1024)
+
+
+def http_url(text: str) -> str:
+    """An argparse type: an http:// or https:// URL with a host (and a valid port, if given)."""
+    try:
+        parsed = urlparse(text)
+        parsed.port  # noqa: B018 (raises ValueError when out of range or not a number)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"must be an http(s) URL with a valid port, got {text[:200]!r} ({err})"
+                                         ) from None
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise argparse.ArgumentTypeError(f"must be an http(s) URL with a host, e.g. http://127.0.0.1:30000, got "
+                                         f"{text[:200]!r}")
+    return text

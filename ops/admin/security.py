@@ -48,6 +48,25 @@ FOLDED = ("unauthenticated", "permission_denied", "resource_exhausted")
 FIELD_CHARS = {"caller": 256, "peer": 256, "detail": 1024, "diff": 2048}
 
 
+MAX_SECRET_BYTES = 4096  # a key or token file larger than this is not one
+
+
+def read_secret(path: Path, what: str) -> str:
+    """A key or token file's text, stripped; refused, naming `what` and the path, when it is missing, larger than
+    MAX_SECRET_BYTES or not UTF-8 (read with a bound: a device or a huge file is never read whole)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{what} {path} does not exist")
+    with path.open("rb") as handle:
+        data = handle.read(MAX_SECRET_BYTES + 1)
+    if len(data) > MAX_SECRET_BYTES:
+        raise ConfigError(f"{what} {path} is over {MAX_SECRET_BYTES} bytes: not a key or token file")
+    try:
+        return data.decode("utf-8").strip()
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{what} {path} is not UTF-8 text (byte {err.start})") from None
+
+
 @dataclass(frozen=True)
 class Caller:
     name: str
@@ -64,12 +83,10 @@ class TokenBook:
         entries = []
         for role, files in ((ADMIN, admin_files), (READER, reader_files)):
             for path in map(Path, files):
-                if not path.is_file():
-                    raise ConfigError(f"admin token file {path} does not exist")
                 if len(path.name) > MAX_CALLER:
                     raise ConfigError(f"admin token file names must be at most {MAX_CALLER} characters (the name is "
                                       f"the caller), got {shown(path.name)}")
-                token = path.read_text().strip()
+                token = read_secret(path, "admin token file")
                 if len(token) < MIN_TOKEN_CHARS:
                     raise ConfigError(f"admin token file {path} holds a token of {len(token)} characters; "
                                       f"use at least {MIN_TOKEN_CHARS} (e.g. `openssl rand -hex 32`)")

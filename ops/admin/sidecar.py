@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dspark.models.errors import ConfigError
 from dspark.ops.admin.security import AUDIT_KEEP, AUDIT_MAX_BYTES, TlsFiles, TokenBook, check_listen_address
-from dspark.ops.arg_types import finite_float
+from dspark.ops.arg_types import finite_float, int_in
 
 DEFAULT_UPDATE_RATE, DEFAULT_UPDATE_BURST = 5.0, 20
 AUDIT_MIN_BYTES = 1 << 16  # room for many lines of at most ~4 KB
@@ -40,12 +40,12 @@ def add_admin_args(parser: argparse.ArgumentParser) -> None:
                        help="append every update attempt here as JSON lines (default: $DSPARK_CACHE/admin/audit-PORT.jsonl)")
     group.add_argument("--admin-audit-max-bytes", type=int, default=AUDIT_MAX_BYTES,
                        help=f"rotate the audit log past this size (default {AUDIT_MAX_BYTES}: 10 MiB)")
-    group.add_argument("--admin-audit-keep", type=int, default=AUDIT_KEEP,
+    group.add_argument("--admin-audit-keep", type=int_in(0, 1000), default=AUDIT_KEEP,
                        help=f"rotated audit logs kept: PATH.1 (newest) .. PATH.N (default {AUDIT_KEEP})")
     group.add_argument("--admin-update-rate", type=finite_float, default=DEFAULT_UPDATE_RATE,
                        help="updates per second per caller (token bucket)")
     group.add_argument("--admin-update-burst", type=int, default=DEFAULT_UPDATE_BURST, help="update burst per caller")
-    group.add_argument("--admin-metrics-port", type=int, default=None,
+    group.add_argument("--admin-metrics-port", type=int_in(0, 65535), default=None,
                        help="Prometheus /metrics of the admin server (update attempts by result)")
 
 
@@ -91,9 +91,8 @@ def check_admin_args(args: argparse.Namespace) -> TokenBook:
     if args.admin_update_rate <= 0 or args.admin_update_burst < 1:
         raise ConfigError(f"--admin-update-rate must be > 0 and --admin-update-burst >= 1, got "
                           f"{args.admin_update_rate:g} and {args.admin_update_burst}")
-    if args.admin_audit_max_bytes < AUDIT_MIN_BYTES or args.admin_audit_keep < 0:
-        raise ConfigError(f"--admin-audit-max-bytes must be >= {AUDIT_MIN_BYTES} and --admin-audit-keep >= 0, got "
-                          f"{args.admin_audit_max_bytes} and {args.admin_audit_keep}")
+    if args.admin_audit_max_bytes < AUDIT_MIN_BYTES:
+        raise ConfigError(f"--admin-audit-max-bytes must be >= {AUDIT_MIN_BYTES}, got {args.admin_audit_max_bytes}")
     book = TokenBook.from_files(args.admin_token_file, args.reader_token_file)
     tls = TlsFiles(args.admin_tls_cert, args.admin_tls_key, args.admin_tls_client_ca)
     if not book.tokens and tls.client_ca is None:

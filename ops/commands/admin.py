@@ -29,6 +29,7 @@ from dspark.ops.admin import discovery
 from dspark.ops.admin.client import AdminClient, Credentials
 from dspark.ops.admin.convert import message_to_settings
 from dspark.ops.admin.fleet import describe, fleet_update, in_parallel, rolling_restart
+from dspark.ops.admin.security import read_secret
 from dspark.ops.arg_types import finite_float
 from dspark.ops.commands.settings_args import add_settings_patch_args, settings_patch
 
@@ -101,9 +102,7 @@ def replicas(args: argparse.Namespace) -> list[str]:
 
 
 def clients(args: argparse.Namespace) -> list[AdminClient]:
-    if args.token_file is not None and not args.token_file.is_file():
-        raise ConfigError(f"token file {args.token_file} does not exist")
-    token = args.token_file.read_text().strip() if args.token_file else None
+    token = read_secret(args.token_file, "token file") if args.token_file else None
     credentials = Credentials(token, args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name)
     return [AdminClient(address, credentials, args.timeout) for address in replicas(args)]
 

@@ -23,9 +23,10 @@ from dspark.models.errors import ConfigError
 from dspark.ops.admin import server, tracing
 from dspark.ops.admin.backend import SGLangBackend
 from dspark.ops.admin.restart import RestartChannel
-from dspark.ops.admin.security import AuditLog, RateLimiter, TlsFiles
+from dspark.ops.admin.security import AuditLog, RateLimiter, TlsFiles, read_secret
 from dspark.ops.admin.service import AdminService
 from dspark.ops.admin.sidecar import add_admin_args, add_otlp_args, check_admin_args
+from dspark.ops.arg_types import http_url
 
 EXIT_DEADLINE_S = 5.0  # after the server stopped, what may still hold the process (a profile, a backend call)
 
@@ -33,7 +34,8 @@ EXIT_DEADLINE_S = 5.0  # after the server stopped, what may still hold the proce
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("admin-server", help="the gRPC admin API beside one SGLang replica (sidecar)",
                                    description=__doc__.splitlines()[0])
-    parser.add_argument("--sglang-url", required=True, help="the replica's HTTP address, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--sglang-url", type=http_url, required=True,
+                        help="the replica's HTTP address, e.g. http://127.0.0.1:30000")
     parser.add_argument("--sglang-admin-key-file", type=Path, default=None,
                         help="file with SGLang's --admin-api-key (needed for /set_internal_state)")
     parser.add_argument("--supervisor-pid", type=int, default=None,
@@ -49,12 +51,16 @@ def run(args: argparse.Namespace) -> int:
     book = check_admin_args(args)
     if args.otlp_endpoint:
         tracing.init(args.otlp_endpoint, f"{args.otlp_service_name}-admin", args.otlp_protocol)
-    key = args.sglang_admin_key_file.read_text().strip() if args.sglang_admin_key_file else None
+    key = read_secret(args.sglang_admin_key_file, "--sglang-admin-key-file") if args.sglang_admin_key_file else None
     backend = SGLangBackend(args.sglang_url.rstrip("/"), key)
     audit = AuditLog(args.admin_audit_log or cache_root() / "admin" / f"audit-{args.admin_port}.jsonl",
                      args.admin_audit_max_bytes, args.admin_audit_keep)
     if (args.supervisor_pid is None) != (args.supervisor_folder is None):
         raise ConfigError("--supervisor-pid and --supervisor-folder go together")
+    if args.supervisor_pid is not None and args.supervisor_pid != os.getppid():
+        # the Restart RPC signals this pid: only the `dspark serve` that started this sidecar may receive it
+        raise ConfigError(f"--supervisor-pid must be this process's parent (the `dspark serve` that started it, pid "
+                          f"{os.getppid()}), got {args.supervisor_pid}")
     restarts = RestartChannel(args.supervisor_folder, args.supervisor_pid) if args.supervisor_pid else None
     service = AdminService(backend, book, RateLimiter(args.admin_update_rate, args.admin_update_burst), audit,
                            restarts=restarts)

@@ -14,7 +14,7 @@ from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sp
 from dspark.models.decoding.sts import load_sts
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
-from dspark.ops.arg_types import finite_float
+from dspark.ops.arg_types import BATCH, SEED, finite_float
 from dspark.ops.commands.settings_args import add_settings_args, settings_from_args
 from dspark.ops.commands.threads import add_threads_arg, use_threads
 
@@ -72,8 +72,8 @@ def add_sampling_args(parser: argparse.ArgumentParser, temperature: float, max_n
     group.add_argument("--temperature", type=finite_float, default=temperature, help="0: greedy")
     group.add_argument("--top-k", type=int, default=0, help="0: off")
     group.add_argument("--top-p", type=finite_float, default=1.0, help="1: off")
-    group.add_argument("--seed", type=int, default=0)
-    group.add_argument("--batch-size", type=int, default=1, help="requests decoded together")
+    group.add_argument("--seed", type=SEED, default=0)
+    group.add_argument("--batch-size", type=BATCH, default=1, help="requests decoded together")
 
 
 def add_verify_args(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:
@@ -91,8 +91,6 @@ def add_drafting_arg(parser: argparse.ArgumentParser) -> None:
 def sampling_params(args: argparse.Namespace) -> SamplingParams:
     if args.max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    if args.batch_size < 1:
-        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     try:
         return SamplingParams(args.temperature, args.top_k, args.top_p)
     except ValueError as err:

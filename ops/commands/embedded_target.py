@@ -16,7 +16,7 @@ import torch
 from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root, load_corpus
 from dspark.models.embedded_target.train import TargetArchitecture, TrainSettings, train_target
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import finite_float
+from dspark.ops.arg_types import SEED, THREADS, finite_float
 
 # option name -> (TargetArchitecture field, help)
 ARCH_OPTIONS = {
@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, default=Path("embedded/target"), help="output directory")
     parser.add_argument("--stdlib", type=Path, default=None, help="stdlib root (default: this interpreter's)")
     parser.add_argument("--held-out-percent", type=int, default=DEFAULT_HELD_OUT_PERCENT)
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--threads", type=THREADS, default=2, help="torch CPU threads")
     _add_dataclass_options(parser, ARCH_OPTIONS, TargetArchitecture)
     _add_dataclass_options(parser, TRAIN_OPTIONS, TrainSettings)
     parser.set_defaults(func=handle)

@@ -18,6 +18,7 @@ import torch
 
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
 from dspark.models.prompts import encode_chat, load_prompts
+from dspark.ops.arg_types import int_in
 from dspark.ops.commands.decoding_args import (add_model_args, add_sampling_args, add_verify_args, load_models,
                                                sampling_params, verify_policy)
 from dspark.models.errors import ConfigError
@@ -31,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prompts.add_argument("--prompt", help="one user prompt")
     prompts.add_argument("--prompts-file", type=Path, help='JSONL of {"turns": [...]} rows')
     add_sampling_args(parser, temperature=0.0, max_new_tokens=128)
-    parser.add_argument("--num-samples", type=int, default=1, help="samples per prompt")
+    parser.add_argument("--num-samples", type=int_in(1, 10_000), default=1, help="samples per prompt")
     add_verify_args(parser)
     parser.add_argument("--json", type=Path, default=None, help="write every sample's details here")
     parser.set_defaults(func=run)
@@ -39,8 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     sampling = sampling_params(args)
-    if args.num_samples < 1:
-        raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}")
     texts = [args.prompt] if args.prompt is not None else load_prompts(args.prompts_file, limit=None)
     target, drafter = load_models(args)
     policy, sts = verify_policy(args, drafter, target.model, args.batch_size)

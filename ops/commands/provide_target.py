@@ -17,6 +17,7 @@ import torch
 
 from dspark.models.cache import cache_root
 from dspark.models.targets.smollm2 import TARGETS, provide
+from dspark.ops.arg_types import THREADS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,12 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("name", choices=sorted(TARGETS), help="which target")
     parser.add_argument("--cache", type=Path, default=None,
                         help="cache root (default: $DSPARK_CACHE or ~/.cache/dspark)")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads for the conversion check")
+    parser.add_argument("--threads", type=THREADS, default=2, help="torch CPU threads for the conversion check")
     parser.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    torch.set_num_threads(max(args.threads, 1))
+    torch.set_num_threads(args.threads)
     log = lambda msg: print(f"dspark provide-target: {msg}", file=sys.stderr)  # noqa: E731
     directory = provide(args.cache or cache_root(), TARGETS[args.name], pip=(sys.executable, "-m", "pip"),
                         progress=log)

@@ -21,7 +21,8 @@ from pathlib import Path
 from dspark.models.errors import ConfigError
 from dspark.models.training.conversations import read_conversations
 from dspark.models.training.regenerate import ReplySampling, regenerate
-from dspark.ops.arg_types import finite_float
+from dspark.ops.admin.security import read_secret
+from dspark.ops.arg_types import finite_float, int_in
 
 DEFAULT_CONCURRENCY = 64
 SAMPLING_TYPES = {"temperature": finite_float, "top_p": finite_float, "top_k": int, "max_new_tokens": int}
@@ -41,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="--target: where the Engine runs (default: cuda if available)")
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="conversations in flight")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N conversations of --input")
+    parser.add_argument("--limit", type=int_in(1, 100_000_000), default=None,
+                        help="only the first N conversations of --input")
     defaults = ReplySampling()
     for field in fields(ReplySampling):
         parser.add_argument(f"--{field.name.replace('_', '-')}", type=SAMPLING_TYPES[field.name],
@@ -51,15 +53,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=handle)
 
 
-def make_backend(args: argparse.Namespace):
+def make_backend(args: argparse.Namespace, api_key: str | None):
     from dspark.integration.reply_backends import OfflineEngine, OpenAIChatEndpoint
 
     extra = [a for a in args.engine_args if a != "--"]
     if args.endpoint is not None:
         if extra:
             raise ConfigError("arguments after -- go to SGLang's Engine (--target), not to an --endpoint")
-        key = args.api_key_file.read_text().strip() if args.api_key_file else None
-        return OpenAIChatEndpoint(args.endpoint, args.model, key)
+        return OpenAIChatEndpoint(args.endpoint, args.model, api_key)
     if not args.target.is_dir():
         raise ConfigError(f"--target {args.target} is not a model directory")
     import torch
@@ -68,23 +69,20 @@ def make_backend(args: argparse.Namespace):
     return OfflineEngine(args.target, cpu=device == "cpu", extra_args=extra)
 
 
-async def run(args: argparse.Namespace, sampling: ReplySampling, conversations) -> None:
-    summary = await regenerate(conversations, lambda: make_backend(args), args.out, sampling, args.concurrency,
+async def run(args: argparse.Namespace, sampling: ReplySampling, conversations, api_key: str | None) -> None:
+    summary = await regenerate(conversations, lambda: make_backend(args, api_key), args.out, sampling, args.concurrency,
                                progress=not args.no_progress)
     print(f"wrote {args.out}: {summary.conversations} conversations regenerated ({summary.skipped} already there), "
           f"{summary.reply_tokens} reply tokens in {summary.wall_s:.1f} s, {summary.tokens_per_s:.1f} tokens/s")
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.limit is not None and args.limit < 1:
-        raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     if (args.api_key_file is not None or args.model is not None) and args.endpoint is None:
         raise ConfigError("--api-key-file and --model are read with --endpoint only")
-    if args.api_key_file is not None and not args.api_key_file.is_file():
-        raise ConfigError(f"--api-key-file {args.api_key_file} does not exist")
+    api_key = read_secret(args.api_key_file, "--api-key-file") if args.api_key_file is not None else None
     if args.device is not None and args.target is None:
         raise ConfigError("--device is where --target's Engine runs; an --endpoint runs where it is served")
     sampling = ReplySampling(**{f.name: getattr(args, f.name) for f in fields(ReplySampling)})
     conversations = read_conversations(args.input)[: args.limit]
-    asyncio.run(run(args, sampling, conversations))
+    asyncio.run(run(args, sampling, conversations, api_key))
     return 0

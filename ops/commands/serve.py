@@ -71,12 +71,13 @@ from dspark.models.errors import ConfigError
 from dspark.models.target_io import load_target_config
 from dspark.ops.admin.backend import SGLangBackend
 from dspark.ops.admin.restart import RESTART_SIGNAL, CrashBudget, RestartChannel
-from dspark.ops.admin.security import MIN_TOKEN_CHARS
+from dspark.ops.admin.security import MIN_TOKEN_CHARS, read_secret
 from dspark.ops.admin.sidecar import add_admin_args, add_otlp_args, admin_arg_list, check_admin_args, stop_sidecar
-from dspark.ops.arg_types import finite_float
+from dspark.ops.arg_types import PORT, finite_float, int_in
 from dspark.ops.commands.settings_args import add_settings_args, settings_from_args, values_from_args
 
 DRAIN_TIMEOUT_S = 90.0
+MAX_DRAIN_TIMEOUT_S = 86400.0  # a day; a negative one used to kill SGLang at once, with no drain
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 600.0  # restarts counted towards --max-restarts: those of the last ten minutes
 BACKOFF_S = (1.0, 30.0)  # the first restart's delay, doubling with each restart in the window, up to the second
@@ -94,13 +95,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="STS calibration JSON from `dspark calibrate` (SGLang applies it at load)")
     server = parser.add_argument_group("server")
     server.add_argument("--host", default="127.0.0.1")
-    server.add_argument("--port", type=int, default=30000)
+    server.add_argument("--port", type=PORT, default=30000)
     server.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto: cuda when a GPU is visible, else cpu with the CPU recipe (float32, no CUDA "
                              "graphs, no overlap scheduling, small KV pool)")
-    server.add_argument("--max-total-tokens", type=int, default=None,
+    server.add_argument("--max-total-tokens", type=int_in(1, 2**31 - 1), default=None,
                         help=f"KV pool size in tokens (CPU default {CPU_MAX_TOTAL_TOKENS}; GPU: SGLang's choice)")
-    server.add_argument("--max-running-requests", type=int, default=None, help="concurrent requests in a batch")
+    server.add_argument("--max-running-requests", type=int_in(1, 65536), default=None,
+                        help="concurrent requests in a batch")
     server.add_argument("--no-metrics", action="store_true",
                         help="do not pass SGLang --enable-metrics (on by default: /metrics with SGLang's and dspark's "
                              "families)")
@@ -112,7 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     server.add_argument("--drain-timeout", type=finite_float, default=DRAIN_TIMEOUT_S,
                         help="seconds the requests in flight get to finish after SIGTERM before SGLang is killed "
                              f"(default {DRAIN_TIMEOUT_S:g}; keep it below the pod's terminationGracePeriodSeconds)")
-    server.add_argument("--max-restarts", type=int, default=MAX_RESTARTS,
+    server.add_argument("--max-restarts", type=int_in(0, 1000), default=MAX_RESTARTS,
                         help=f"times SGLang is started again after exiting by itself within {RESTART_WINDOW_S:g} s "
                              f"before this command gives up and exits non-zero (default {MAX_RESTARTS}; 0: never)")
     add_settings_args(parser, "request limits (integration/request_limits.py)", schema=RequestLimits)
@@ -140,9 +142,7 @@ def admin_key(args: argparse.Namespace) -> str:
     source = args.http_admin_key_file or (args.admin_token_file[0] if args.admin_token_file else None)
     if source is None:
         return secrets.token_hex(32)
-    if not Path(source).is_file():
-        raise ConfigError(f"admin key file {source} does not exist")
-    key = Path(source).read_text().strip()
+    key = read_secret(source, "admin key file")
     if len(key) < MIN_TOKEN_CHARS:
         raise ConfigError(f"admin key file {source} holds a key of {len(key)} characters; use at least "
                           f"{MIN_TOKEN_CHARS} (e.g. `openssl rand -hex 32`)")
@@ -173,8 +173,9 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str],
         extra += ["--max-running-requests", str(args.max_running_requests)]
     if not args.no_metrics:
         extra += ["--enable-metrics"]
-    if args.max_restarts < 0:
-        raise ConfigError(f"--max-restarts must be >= 0, got {args.max_restarts}")
+    if not 0 <= args.drain_timeout <= MAX_DRAIN_TIMEOUT_S:
+        raise ConfigError(f"--drain-timeout must be in [0, {MAX_DRAIN_TIMEOUT_S:g}] seconds, got "
+                          f"{args.drain_timeout:g}")
     env = {**values_from_args(args, RequestLimits).to_env(), **values_from_args(args, Liveness).to_env()}
     if args.drafter is not None:
         drafter = read_drafter_config(args.drafter, target_config)

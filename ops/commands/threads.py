@@ -5,15 +5,13 @@ import argparse
 
 import torch
 
-from dspark.models.errors import ConfigError
+from dspark.ops.arg_types import THREADS
 
 
 def add_threads_arg(parser) -> None:
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--threads", type=THREADS, default=2, help="torch CPU threads")
 
 
 def use_threads(args: argparse.Namespace) -> None:
-    """Check --threads and set torch's CPU thread count to it."""
-    if args.threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    """Set torch's CPU thread count to --threads (bounded as argparse parsed it)."""
     torch.set_num_threads(args.threads)

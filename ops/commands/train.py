@@ -33,7 +33,7 @@ from dspark.models.target_io import computes_bf16_natively
 from dspark.models.training.run import BLOCK_LOSSES, DrafterSpec, TrainJob, train_job
 from dspark.models.training.trainer import DistContext, TrainConfig
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import finite_float
+from dspark.ops.arg_types import BATCH, SEED, THREADS, finite_float, int_in
 
 DEFAULT_DATA_CACHE = Path.home() / ".cache" / "dspark" / "train-data"
 DIST_TIMEOUT_MINUTES = 180.0  # torch's default is 30 (10 for NCCL in some builds): less than generating the data takes
@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="export without the frozen copies of the target's embedding and lm_head (SGLang shares "
                          "the target's; load_drafter takes them from target_model)")
     io.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available; torchrun: cuda:LOCAL_RANK)")
-    io.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    io.add_argument("--threads", type=THREADS, default=2, help="torch CPU threads")
     io.add_argument("--dist-timeout-minutes", type=finite_float, default=DIST_TIMEOUT_MINUTES,
                     help="torchrun: how long a rank waits at a collective (rank 0 generating the data or a rank "
                          "writing its feature shard keeps the others waiting), in [1, 10080]")
@@ -73,17 +73,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="write <out>/draft_vocab.json from this recipe's data and stop (for a drafter trained before)")
 
     d = parser.add_argument_group("drafter")
-    d.add_argument("--block-size", type=int, default=7, help="gamma: draft tokens per round (Eagle3: TTT steps)")
-    d.add_argument("--num-layers", type=int, default=None, help="draft layers (default: 5, Eagle3 1)")
+    d.add_argument("--block-size", type=int_in(1, 64), default=7, help="gamma: draft tokens per round (Eagle3: TTT steps)")
+    d.add_argument("--num-layers", type=int_in(1, 64), default=None, help="draft layers (default: 5, Eagle3 1)")
     d.add_argument("--target-layer-ids", type=int, nargs="+", default=None,
                    help="tapped target layers (default: 5 spread over 1..L-3, or all but the last for shallow targets)")
     d.add_argument("--markov-head", choices=("vanilla", "gated", "rnn"), default="vanilla")
-    d.add_argument("--markov-rank", type=int, default=256)
+    d.add_argument("--markov-rank", type=int_in(1, 16384), default=256)
     d.add_argument("--no-confidence-head", action="store_true", help="DSpark without the confidence head")
     d.add_argument("--no-sample-from-anchor", action="store_true",
                    help="DFlash: original layout [anchor, MASK x gamma] reading slots 1..gamma (SGLang DFLASH)")
     d.add_argument("--mask-token-id", type=int, default=None, help="default: the target tokenizer's mask token")
-    d.add_argument("--n-anchors", type=int, default=512, help="anchor blocks sampled per sequence")
+    d.add_argument("--n-anchors", type=int_in(1, 65536), default=512, help="anchor blocks sampled per sequence")
     d.add_argument("--init-from-target", action="store_true",
                    help="start the draft layers from the target's top layers and fc from a pass-through of the "
                         "deepest tapped layer (default: off, a random init)")
@@ -112,7 +112,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="target sampling for the responses (0: greedy)")
     data.add_argument("--top-p", type=finite_float, default=0.8)
     data.add_argument("--top-k", type=int, default=20)
-    data.add_argument("--data-seed", type=int, default=42)
+    data.add_argument("--data-seed", type=SEED, default=42)
     data.add_argument("--stdlib", type=Path, default=None, help="stdlib root for prompts (default: this interpreter's)")
     data.add_argument("--held-out-percent", type=int, default=DEFAULT_HELD_OUT_PERCENT)
     data.add_argument("--data-cache", type=Path, default=DEFAULT_DATA_CACHE)
@@ -133,8 +133,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--weight-decay", type=finite_float, default=0.0)
     t.add_argument("--warmup-frac", type=finite_float, default=0.04)
     t.add_argument("--grad-clip", type=finite_float, default=1.0)
-    t.add_argument("--batch-size", type=int, default=8, help="sequences per micro-batch per rank")
-    t.add_argument("--grad-accum", type=int, default=1)
+    t.add_argument("--batch-size", type=BATCH, default=8, help="sequences per micro-batch per rank")
+    t.add_argument("--grad-accum", type=int_in(1, 1024), default=1)
     t.add_argument("--bf16", action="store_true",
                    help="bf16 autocast of the target (data generation, features) and drafter forwards")
     t.add_argument("--fsdp", action="store_true",
@@ -145,7 +145,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "that does not fit on one device; needs --data, and with --fsdp --eval-samples 0")
     t.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: only at the end)")
     t.add_argument("--log-every", type=int, default=10)
-    t.add_argument("--seed", type=int, default=42)
+    t.add_argument("--seed", type=SEED, default=42)
     parser.set_defaults(func=handle, _parser=parser)
 
 
@@ -183,8 +183,6 @@ def dist_context(device: str | None, timeout_minutes: float = DIST_TIMEOUT_MINUT
 
 
 def build_job(args: argparse.Namespace) -> TrainJob:
-    if args.threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
     if not 1 <= args.dist_timeout_minutes <= 10080:
         raise ConfigError(f"--dist-timeout-minutes must be in [1, 10080], got {args.dist_timeout_minutes}")
     if args.draft_vocab_size < 1:

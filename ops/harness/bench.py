@@ -47,6 +47,7 @@ from dspark.models.prompts import encode_chat, load_prompts  # noqa: E402
 from dspark.models.evaluation.paired import format_ratio, paired_ratio, timed_in_turns  # noqa: E402
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, save  # noqa: E402
 from dspark.models.evaluation.run import EvalSettings, evaluate, warm_up  # noqa: E402
+from dspark.ops.arg_types import BATCH, SEED, THREADS  # noqa: E402
 from dspark.ops.commands.decoding_args import (add_drafter_dtype_arg, add_drafting_arg,  # noqa: E402
                                               add_cpu_linears_arg, add_draft_vocab_arg, draft_vocab_size,
                                               dtype_name, startup_sps)
@@ -66,14 +67,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tau-batch-size", type=int, default=1, help="requests decoded together for tau")
     parser.add_argument("--speed-prompts", type=int, default=8)
     parser.add_argument("--speed-tokens", type=int, default=64)
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--batch-sizes", type=BATCH, nargs="+", default=[1, 8])
     parser.add_argument("--speed-repeats", type=int, default=3, help="timed runs per decoder (median reported)")
     add_drafting_arg(parser)  # the speed runs; tau is measured drafting every round
     add_drafter_dtype_arg(parser)
     add_cpu_linears_arg(parser)
     add_draft_vocab_arg(parser)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=SEED, default=0)
+    parser.add_argument("--threads", type=THREADS, default=2)
     parser.add_argument("--out", type=Path, required=True)
     parser.set_defaults(func=run)
 
@@ -89,8 +90,7 @@ def pairs(values: list, flag: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in ("prompts", "max_new_tokens", "tau_batch_size", "speed_prompts", "speed_tokens", "speed_repeats",
-                 "threads"):
+    for name in ("prompts", "max_new_tokens", "tau_batch_size", "speed_prompts", "speed_tokens", "speed_repeats"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     drafter_paths = pairs(args.drafters, "--drafters")

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import torch
 
-from dspark.kernels.warping import SamplingParams
 from dspark.models.decoding.engine import GenerationConfig
 from dspark.models.decoding.settings import CONFIDENCE_POLICIES
 from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sps
@@ -37,8 +36,9 @@ from dspark.models.evaluation.plots import plot_accepted_lengths, plot_load, plo
 from dspark.models.evaluation.scheduling import NO_SPEC, LoadSettings, measure_load, with_no_spec_ratio
 from dspark.models.evaluation.simulate import SIMULATION, extend_sps, fit_cost, simulate, simulate_no_spec
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import finite_float
-from dspark.ops.commands.decoding_args import add_drafting_arg, add_model_args, dtype_name, load_models
+from dspark.ops.arg_types import BATCH, SEED, finite_float, int_in
+from dspark.ops.commands.decoding_args import (add_drafting_arg, add_model_args, dtype_name, load_models,
+                                               sampling_params)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,14 +46,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__.splitlines()[0])
     add_model_args(parser)
     parser.add_argument("--prompts-file", type=Path, required=True, help='{"turns": [...]} JSONL prompt set')
-    parser.add_argument("--limit", type=int, default=32, help="distinct prompts (cycled to fill each run)")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
-    parser.add_argument("--simulate-to", type=int, default=1024, help="largest simulated concurrency (0: none)")
+    parser.add_argument("--limit", type=int_in(1, 100_000), default=32,
+                        help="distinct prompts (cycled to fill each run)")
+    parser.add_argument("--concurrency", type=BATCH, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    parser.add_argument("--simulate-to", type=int_in(0, 4096), default=1024,
+                        help="largest simulated concurrency (0: none)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--temperature", type=finite_float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--top-p", type=finite_float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of every (policy, concurrency), in rotating order: the median is reported")
     parser.add_argument("--threshold", type=finite_float, default=0.3,
@@ -75,11 +77,7 @@ def policies(sps, gamma: int, threshold: float) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.max_new_tokens < 1:
-        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
-    if args.simulate_to < 0:
-        raise ConfigError(f"--simulate-to must be >= 0, got {args.simulate_to}")
+    sampling = sampling_params(args)
     target, drafter = load_models(args)
     if not drafter.config.enable_confidence_head:
         raise ConfigError(f"{args.drafter} has no confidence head: the confidence-aware policies need a DSpark drafter")

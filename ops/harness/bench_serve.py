@@ -38,6 +38,7 @@ from dspark.models.evaluation.plots import plot_load
 from dspark.models.evaluation.scheduling import NO_SPEC
 from dspark.models.target_io import load_target_config
 from dspark.models.portable_paths import portable
+from dspark.ops.arg_types import BATCH
 from dspark.ops.harness.served_workload import add_workload_args, answer_all
 
 SKIPPED = re.compile(r"^dspark_draft_skipped_rounds_total (\S+)$", re.MULTILINE)
@@ -53,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench-serve", help="tokens/s and tau through the SGLang server, DSpark vs none",
                                    description=__doc__.splitlines()[0])
     add_workload_args(parser, limit=16, max_new_tokens=64)
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--concurrency", type=BATCH, nargs="+", default=[1, 8])
     parser.add_argument("--policies", nargs="+", choices=POLICIES, default=["causal", "fixed"])
     parser.add_argument("--drafting", nargs="+", choices=spec_of("drafting").choices, default=[default_of("drafting")],
                         help="drafting modes, each run under every policy (default: the setting's default)")

@@ -43,7 +43,8 @@ import psutil
 
 from dspark.models.errors import ConfigError
 from dspark.ops.admin.client import AdminClient, Credentials
-from dspark.ops.arg_types import finite_float
+from dspark.ops.admin.security import read_secret
+from dspark.ops.arg_types import SEED, finite_float, http_url, int_in
 
 WEIGHTS = {"greedy": 10, "sampled": 3, "long": 1, "too-long": 1, "disconnect": 2, "malformed": 2}
 GREEDY_PROMPTS = ("def fibonacci(n):", "import os\nimport sys\n\n\ndef main(", "class Node:\n    ",
@@ -53,6 +54,7 @@ STATE_CYCLE = ({"policy": "causal"}, {"policy": "fixed", "max_verify_length": 2}
                {"policy": "fixed", "max_verify_length": None}, {"policy": "causal", "threshold": None})
 INVALID_UPDATE = {"policy": "threshold", "threshold": 7}
 RSS_EVERY_S = 2.0
+MAX_DURATION_S = 7 * 86400.0  # a week: a soak is a bounded run
 BUCKET_S = 10.0
 
 
@@ -79,7 +81,7 @@ class Outcome:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("soak", help="bounded load-and-fault run against a running server",
                                    description=__doc__.splitlines()[0])
-    parser.add_argument("--url", required=True, help="the SGLang server, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--url", type=http_url, required=True, help="the SGLang server, e.g. http://127.0.0.1:30000")
     parser.add_argument("--target", type=Path, required=True, help="the served target (for the greedy references)")
     parser.add_argument("--admin-key-file", type=Path, default=None,
                         help="SGLang's admin key, for the live state changes (none: no changes)")
@@ -87,10 +89,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the replica's gRPC admin API (host:port): every other four changes go through it")
     parser.add_argument("--admin-token-file", type=Path, default=None, help="an admin token of the gRPC admin API")
     parser.add_argument("--duration", type=finite_float, default=60.0, help="seconds of load (it stops by itself)")
-    parser.add_argument("--concurrency", type=int, default=16, help="clients sending at once")
+    parser.add_argument("--concurrency", type=int_in(1, 1024), default=16, help="clients sending at once (threads)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--change-every", type=finite_float, default=3.0, help="seconds between live state changes")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--out", type=Path, default=Path("out/soak"))
     parser.set_defaults(func=run)
 
@@ -349,12 +351,12 @@ def plot(report: dict, path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.duration <= 0 or args.concurrency < 1 or args.max_new_tokens < 1 or args.change_every <= 0:
-        raise ConfigError("--duration, --concurrency, --max-new-tokens and --change-every must be positive")
-    for flag, path in (("admin key", args.admin_key_file), ("admin token", args.admin_token_file)):
-        if path is not None and not path.is_file():
-            raise ConfigError(f"{flag} file {path} does not exist")
-    if args.admin_address and (args.admin_token_file is None or args.admin_key_file is None):
+    if not 0 < args.duration <= MAX_DURATION_S or args.max_new_tokens < 1 or args.change_every <= 0:
+        raise ConfigError(f"--duration must be in (0, {MAX_DURATION_S:g}] seconds, --max-new-tokens and --change-every "
+                          f"positive; got {args.duration:g}, {args.max_new_tokens} and {args.change_every:g}")
+    key = read_secret(args.admin_key_file, "--admin-key-file") if args.admin_key_file else None
+    token = read_secret(args.admin_token_file, "--admin-token-file") if args.admin_token_file else None
+    if args.admin_address and (token is None or key is None):
         raise ConfigError("--admin-address needs --admin-token-file, and --admin-key-file: changes run only with it")
     client = Client(args.url, timeout_s=60)
     try:
@@ -362,9 +364,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as err:
         raise ConfigError(f"no server answers at {args.url}: {err}") from None
     references, tokenizer = greedy_references(args.target, args.max_new_tokens)
-    key = args.admin_key_file.read_text().strip() if args.admin_key_file else None
-    admin = AdminClient(args.admin_address, Credentials(args.admin_token_file.read_text().strip()), timeout_s=30) \
-        if args.admin_address else None
+    admin = AdminClient(args.admin_address, Credentials(token), timeout_s=30) if args.admin_address else None
     soak = Soak(args, references, tokenizer, int(info["max_req_input_len"]), key, admin)
     threads = [threading.Thread(target=soak.sample_rss, args=(listening_process(urlparse(args.url).port),))]
     if key:

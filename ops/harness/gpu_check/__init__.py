@@ -29,11 +29,13 @@ from pathlib import Path
 
 import torch
 
+from dspark.models.errors import ConfigError
 from dspark.ops.arg_types import finite_float
 
 REPO = Path(__file__).resolve().parents[3]
 TARGET, DRAFTER = REPO / "embedded" / "target", REPO / "embedded" / "dspark"
 BUDGET_S = 420.0  # the parts start within 7 minutes; the last one and the table fit in the 8th
+MAX_BUDGET_S = 86400.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,6 +52,8 @@ def add_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not 0 < args.budget_s <= MAX_BUDGET_S:  # 0 or less skipped every part, and a check of nothing passed
+        raise ConfigError(f"--budget-s must be in (0, {MAX_BUDGET_S:g}], got {args.budget_s:g}")
     cuda = torch.cuda.is_available()
     if not cuda:  # Triton decides at import whether it interprets: before anything below imports it
         os.environ.setdefault("TRITON_INTERPRET", "1")

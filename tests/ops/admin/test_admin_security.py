@@ -227,8 +227,10 @@ def test_the_audit_flags_reach_the_sidecar_and_are_bounded(capsys, book, tmp_pat
     token = write(tmp_path, "ops", "o" * 32)
     base = ["admin-server", "--sglang-url", NOWHERE.url, "--admin-port", "0", "--admin-token-file", str(token)]
     assert main(base + ["--admin-audit-max-bytes", "100"]) == 2
-    assert "--admin-audit-max-bytes must be >= 65536 and --admin-audit-keep >= 0, got 100 and 5" in \
-        capsys.readouterr().err
+    assert "--admin-audit-max-bytes must be >= 65536, got 100" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(base + ["--admin-audit-keep", str(10**12)])
+    assert "argument --admin-audit-keep: must be in [0, 1000], got 1000000000000" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(base + ["--admin-update-rate", "nan"])
     assert "argument --admin-update-rate: must be a finite number, got 'nan'" in capsys.readouterr().err

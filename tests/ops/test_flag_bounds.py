@@ -1,0 +1,84 @@
+"""Every flag is bounded where argparse parses it (ops/arg_types.py), and every key or token file is read with a
+bound (ops/admin/security.read_secret): a value out of range is refused naming the flag, the bound and the value,
+before any model loads or any server starts."""
+import os
+
+import pytest
+
+from dspark.ops.cli import main
+
+from tests.paths import EMBEDDED, EMBEDDED_TARGET
+
+MODELS = ["--target", str(EMBEDDED_TARGET), "--drafter", str(EMBEDDED / "dspark")]
+
+
+@pytest.mark.parametrize("command, flag, value, bound", [
+    (["generate", *MODELS, "--prompt", "x"], "--seed", str(2**74), "[0, 4294967295]"),
+    (["generate", *MODELS, "--prompt", "x"], "--threads", "100000", "[1, 1024]"),
+    (["generate", *MODELS, "--prompt", "x"], "--batch-size", "100000000", "[1, 1024]"),
+    (["generate", *MODELS, "--prompt", "x"], "--num-samples", "100000000", "[1, 10000]"),
+    (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--seed", "-1", "[0, 4294967295]"),
+    (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--data-seed", str(2**62), "[0, 4294967295]"),
+    (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--batch-size", "5000", "[1, 1024]"),
+    (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--n-anchors", "1000000000", "[1, 65536]"),
+    (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--block-size", "0", "[1, 64]"),
+    (["bench-sched", *MODELS, "--prompts-file", "p", "--out", "o"], "--concurrency", "0", "[1, 1024]"),
+    (["bench-sched", *MODELS, "--prompts-file", "p", "--out", "o"], "--simulate-to", "-1", "[0, 4096]"),
+    (["bench-sched", *MODELS, "--prompts-file", "p", "--out", "o"], "--limit", "-3", "[1, 100000]"),
+    (["serve", "--target", str(EMBEDDED_TARGET)], "--port", "99999999", "[1, 65535]"),
+    (["serve", "--target", str(EMBEDDED_TARGET)], "--max-running-requests", "-3", "[1, 65536]"),
+    (["serve", "--target", str(EMBEDDED_TARGET)], "--max-total-tokens", "-1", "[1, 2147483647]"),
+    (["admin-server", "--sglang-url", "http://127.0.0.1:1"], "--admin-metrics-port", "99999", "[0, 65535]"),
+    (["chat-prompts", "--count", "10", "--out", "o"], "--seed", "-5", "[0, 4294967295]"),
+])
+def test_an_integer_flag_out_of_range_is_refused_by_argparse(capsys, command, flag, value, bound):
+    with pytest.raises(SystemExit) as refused:
+        main(command + [flag, value])
+    assert refused.value.code == 2
+    assert f"argument {flag}: must be in {bound}, got {value}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("url", ["foo", "http://h:99999", "http://h:abc", "ftp://h:1", "http://:80"])
+def test_a_server_url_that_is_not_one_is_refused_by_argparse(capsys, url):
+    with pytest.raises(SystemExit):
+        main(["soak", "--url", url, "--target", str(EMBEDDED_TARGET), "--out", "o"])
+    error = capsys.readouterr().err
+    assert "argument --url: must be an http(s) URL" in error and repr(url) in error
+
+
+def test_a_negative_drain_timeout_is_refused_before_sglang_starts(capsys):
+    assert main(["serve", "--target", str(EMBEDDED_TARGET), "--no-spec", "--drain-timeout", "-1", "--dry-run"]) == 2
+    assert "--drain-timeout must be in [0, 86400] seconds, got -1" in capsys.readouterr().err
+
+
+def test_a_gpu_check_with_no_time_is_refused_rather_than_passing_empty(capsys):
+    assert main(["gpu-check", "--budget-s", "0"]) == 2
+    assert "--budget-s must be in (0, 86400], got 0" in capsys.readouterr().err
+
+
+def test_the_restart_signal_goes_only_to_the_parent_process(tmp_path, capsys):
+    token = tmp_path / "ops"
+    token.write_text("o" * 32)
+    command = ["admin-server", "--sglang-url", "http://127.0.0.1:1", "--admin-port", "0", "--admin-token-file",
+               str(token), "--supervisor-folder", str(tmp_path)]
+    assert main(command + ["--supervisor-pid", "-1"]) == 2  # os.kill(-1, ...) signals every process it may
+    assert f"--supervisor-pid must be this process's parent (the `dspark serve` that started it, pid {os.getppid()}), " \
+           "got -1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\xff\xfe" + b"k" * 30, "is not UTF-8 text (byte 0)"),
+    (b"k" * 5000, "is over 4096 bytes: not a key or token file"),
+])
+def test_a_key_file_that_is_not_one_is_refused_by_name(tmp_path, capsys, content, message):
+    key = tmp_path / "key"
+    key.write_bytes(content)
+    commands = [
+        ["serve", "--target", str(EMBEDDED_TARGET), "--no-spec", "--http-admin-key-file", str(key), "--dry-run"],
+        ["regenerate", "--input", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "out.jsonl"), "--endpoint",
+         "http://127.0.0.1:1/v1", "--model", "m", "--api-key-file", str(key)],
+        ["admin", "get", "--replica", "127.0.0.1:1", "--token-file", str(key)],
+    ]
+    for command in commands:
+        assert main(command) == 2, command[0]
+        assert f"{key} {message}" in capsys.readouterr().err, command[0]
