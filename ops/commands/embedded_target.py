@@ -16,7 +16,7 @@ import torch
 from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root, load_corpus
 from dspark.models.embedded_target.train import TargetArchitecture, TrainSettings, train_target
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import SEED, THREADS, finite_float
+from dspark.ops.arg_types import THREADS, finite_float
 
 # option name -> (TargetArchitecture field, help)
 ARCH_OPTIONS = {

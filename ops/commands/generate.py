@@ -21,7 +21,6 @@ from dspark.models.prompts import encode_chat, load_prompts
 from dspark.ops.arg_types import int_in
 from dspark.ops.commands.decoding_args import (add_model_args, add_sampling_args, add_verify_args, load_models,
                                                sampling_params, verify_policy)
-from dspark.models.errors import ConfigError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

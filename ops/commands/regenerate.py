@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 from dataclasses import fields
 from pathlib import Path
 
