@@ -10,6 +10,9 @@ seed up to 2**32 - 1; a larger one was a traceback after the model had loaded), 
 threads: `--threads 100000` aborted the process) and BATCH (requests or rows decoded together: it multiplies
 every activation, and the vocabulary-wide logits, of the batch).
 
+`torch_device` types a --device flag: cpu, or a CUDA device this machine has (`--device foo` was a RuntimeError,
+and `--device cuda` on a machine without one failed only after the weights were read).
+
 `http_url` types a server address flag: http(s), a host, and a port in range if one is given (`--url foo` was an
 AttributeError deep in a client, `http://h:99999` a ValueError).
 """
@@ -18,6 +21,8 @@ from __future__ import annotations
 import argparse
 import math
 from urllib.parse import urlparse
+
+import torch
 
 
 def finite_float(text: str) -> float:
@@ -61,4 +66,20 @@ def http_url(text: str) -> str:
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise argparse.ArgumentTypeError(f"must be an http(s) URL with a host, e.g. http://127.0.0.1:30000, got "
                                          f"{text[:200]!r}")
+    return text
+
+
+def torch_device(text: str) -> str:
+    """An argparse type: "cpu", or "cuda" / "cuda:N" naming a CUDA device that is visible here."""
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:N, got {text[:40]!r}") from None
+    if device.type == "cpu":
+        return text
+    if device.type != "cuda":
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:N, got {text[:40]!r}")
+    count = torch.cuda.device_count()
+    if (device.index or 0) >= count:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of the {count} CUDA device(s) visible here")
     return text

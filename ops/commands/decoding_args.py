@@ -14,7 +14,7 @@ from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sp
 from dspark.models.decoding.sts import load_sts
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
-from dspark.ops.arg_types import BATCH, SEED, finite_float
+from dspark.ops.arg_types import BATCH, SEED, finite_float, torch_device
 from dspark.ops.commands.settings_args import add_settings_args, settings_from_args
 from dspark.ops.commands.threads import add_threads_arg, use_threads
 
@@ -28,7 +28,7 @@ def add_model_args(parser: argparse.ArgumentParser, drafter_required: bool = Tru
         choice = group.add_mutually_exclusive_group(required=True)
         choice.add_argument("--drafter", type=Path, help="drafter checkpoint directory")
         choice.add_argument("--no-spec", action="store_true", help="decode with the target alone")
-    group.add_argument("--device", default="cpu", help="cpu or cuda")
+    group.add_argument("--device", type=torch_device, default="cpu", help="cpu or cuda")
     add_drafter_dtype_arg(group)
     add_draft_vocab_arg(group)
     add_cpu_linears_arg(group)

@@ -14,6 +14,7 @@ from pathlib import Path
 from dspark.models.decoding.loading import load_target
 from dspark.models.decoding.sps_profile import DEFAULT_BATCH_TOKENS, profile_sps
 from dspark.models.evaluation.plots import plot_sps
+from dspark.ops.arg_types import torch_device
 from dspark.ops.commands.decoding_args import add_cpu_linears_arg
 from dspark.ops.commands.threads import add_threads_arg, use_threads
 
@@ -29,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--context-len", type=int, default=128, help="cached tokens per request")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--device", type=torch_device, default="cpu", help="cpu or cuda")
     add_cpu_linears_arg(parser)
     add_threads_arg(parser)
     parser.set_defaults(func=run)

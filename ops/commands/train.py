@@ -33,7 +33,7 @@ from dspark.models.target_io import computes_bf16_natively
 from dspark.models.training.run import BLOCK_LOSSES, DrafterSpec, TrainJob, train_job
 from dspark.models.training.trainer import DistContext, TrainConfig
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import BATCH, SEED, THREADS, finite_float, int_in
+from dspark.ops.arg_types import BATCH, SEED, THREADS, finite_float, int_in, torch_device
 
 DEFAULT_DATA_CACHE = Path.home() / ".cache" / "dspark" / "train-data"
 DIST_TIMEOUT_MINUTES = 180.0  # torch's default is 30 (10 for NCCL in some builds): less than generating the data takes
@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     io.add_argument("--slim", action="store_true",
                     help="export without the frozen copies of the target's embedding and lm_head (SGLang shares "
                          "the target's; load_drafter takes them from target_model)")
-    io.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available; torchrun: cuda:LOCAL_RANK)")
+    io.add_argument("--device", type=torch_device, default=None, help="cpu / cuda (default: cuda if available; torchrun: cuda:LOCAL_RANK)")
     io.add_argument("--threads", type=THREADS, default=2, help="torch CPU threads")
     io.add_argument("--dist-timeout-minutes", type=finite_float, default=DIST_TIMEOUT_MINUTES,
                     help="torchrun: how long a rank waits at a collective (rank 0 generating the data or a rank "

@@ -30,6 +30,7 @@ MODELS = ["--target", str(EMBEDDED_TARGET), "--drafter", str(EMBEDDED / "dspark"
     (["serve", "--target", str(EMBEDDED_TARGET)], "--max-total-tokens", "-1", "[1, 2147483647]"),
     (["admin-server", "--sglang-url", "http://127.0.0.1:1"], "--admin-metrics-port", "99999", "[0, 65535]"),
     (["chat-prompts", "--count", "10", "--out", "o"], "--seed", "-5", "[0, 4294967295]"),
+    (["regenerate", "--input", "i", "--out", "o", "--endpoint", "http://h:1"], "--limit", "0", "[1, 100000000]"),
 ])
 def test_an_integer_flag_out_of_range_is_refused_by_argparse(capsys, command, flag, value, bound):
     with pytest.raises(SystemExit) as refused:
@@ -62,7 +63,8 @@ def test_the_restart_signal_goes_only_to_the_parent_process(tmp_path, capsys):
     command = ["admin-server", "--sglang-url", "http://127.0.0.1:1", "--admin-port", "0", "--admin-token-file",
                str(token), "--supervisor-folder", str(tmp_path)]
     assert main(command + ["--supervisor-pid", "-1"]) == 2  # os.kill(-1, ...) signals every process it may
-    assert f"--supervisor-pid must be this process's parent (the `dspark serve` that started it, pid {os.getppid()}), " \
+    parent = os.getppid()
+    assert f"--supervisor-pid must be this process's parent (the `dspark serve` that started it, pid {parent}), " \
            "got -1" in capsys.readouterr().err
 
 
@@ -82,3 +84,15 @@ def test_a_key_file_that_is_not_one_is_refused_by_name(tmp_path, capsys, content
     for command in commands:
         assert main(command) == 2, command[0]
         assert f"{key} {message}" in capsys.readouterr().err, command[0]
+
+
+@pytest.mark.parametrize("command", [["generate", *MODELS, "--prompt", "x"],
+                                     ["profile-sps", "--target", str(EMBEDDED_TARGET)],
+                                     ["train", "--target", str(EMBEDDED_TARGET), "--out", "o"]])
+@pytest.mark.parametrize("device, message", [("foo", "must be cpu, cuda or cuda:N, got 'foo'"),
+                                             ("meta", "must be cpu, cuda or cuda:N, got 'meta'"),
+                                             ("cuda:64", "'cuda:64' is not one of the")])
+def test_a_device_that_is_not_here_is_refused_by_argparse(capsys, command, device, message):
+    with pytest.raises(SystemExit):
+        main(command + ["--device", device])
+    assert f"argument --device: {message}" in capsys.readouterr().err

@@ -77,7 +77,6 @@ def test_sampling_bounds_name_the_flag(field, value):
     (["--target", "/nonexistent", "--concurrency", "0"], "--concurrency must be in [1, 4096], got 0"),
     (["--endpoint", "http://127.0.0.1:1", "--api-key-file", "/nonexistent/key"],
      "--api-key-file /nonexistent/key does not exist"),
-    (["--endpoint", "http://127.0.0.1:1", "--limit", "0"], "--limit must be >= 1, got 0"),
     (["--endpoint", "http://127.0.0.1:1", "--top-p", "0"], "--top-p must be in (0, 1], got 0"),
     (["--target", "/nonexistent"], "--target /nonexistent is not a model directory"),
 ])

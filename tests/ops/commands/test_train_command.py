@@ -92,7 +92,6 @@ def test_resume_picks_up_the_latest_checkpoint(tiny_setup):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--block-size", "0"], "block_size must be an integer >= 1"),
         (["--target-layer-ids", "0", "2"], "final layer 2"),
         (["--top-p", "0"], "top_p"),
         (["--steps", "0"], "steps must be >= 1"),
