@@ -112,6 +112,8 @@ class SpeculativeDecoder:
         most that many requests run together and a waiting prompt joins as soon as a running one finishes.
         trace: a list that receives one BatchRound per round (for scheduling benchmarks)."""
         check_prompts(prompts)
+        check_context(prompts, config.max_new_tokens,
+                      getattr(getattr(self.target, "config", None), "max_position_embeddings", None))
         if max_running is not None and max_running < 1:
             raise ConfigError(f"max_running must be >= 1, got {max_running}")
         results = [Generation(prompt_ids=list(p)) for p in prompts]
@@ -333,6 +335,18 @@ def check_prompts(prompts: Sequence[Sequence[int]]) -> None:
     empty = [i for i, p in enumerate(prompts) if len(p) == 0]
     if empty:
         raise ConfigError(f"prompt(s) {empty} are empty: every prompt needs at least one token")
+
+
+def check_context(prompts: Sequence[Sequence[int]], max_new_tokens: int, positions: Optional[int]) -> None:
+    """Refuse a generation that would run past the target's positions (`positions`: max_position_embeddings; None
+    when the config has none): past them a model's outputs are untrained, and its KV cache grows unbounded."""
+    if positions is None:
+        return
+    longest = max(range(len(prompts)), key=lambda i: len(prompts[i]))
+    if len(prompts[longest]) + max_new_tokens > positions:
+        raise ConfigError(f"prompt {longest} ({len(prompts[longest])} tokens) + max_new_tokens ({max_new_tokens}) "
+                          f"exceeds the target's {positions} positions (max_position_embeddings): shorten the prompt "
+                          "or --max-new-tokens")
 
 
 def left_padded(prompts: Sequence[Sequence[int]], device) -> tuple:

@@ -37,6 +37,14 @@ def test_empty_prompts_are_refused(embedded_target):
         decoder.generate([], GenerationConfig())
 
 
+def test_a_generation_past_the_targets_positions_is_refused(embedded_target):
+    positions = embedded_target.config.max_position_embeddings
+    decoder = SpeculativeDecoder(embedded_target)
+    with pytest.raises(ConfigError, match=rf"prompt 1 \(9 tokens\) \+ max_new_tokens \({positions - 8}\) exceeds "
+                                          rf"the target's {positions} positions"):
+        decoder.generate([[5, 6], [5] * 9], GenerationConfig(max_new_tokens=positions - 8))
+
+
 def test_threshold_policy_needs_a_confidence_head(embedded_target, embedded_drafters):
     with pytest.raises(ConfigError, match="threshold policy needs confidences; this eagle3 drafter has no confidence head"):
         SpeculativeDecoder(embedded_target, embedded_drafters["eagle3"], VerifyLengthPolicy.of("threshold", threshold=0.5))
