@@ -42,3 +42,29 @@ def parse_json_line(line: str | bytes, where: str, max_line_bytes: int = MAX_LIN
         raise ConfigError(f"{where}: not valid JSON ({error.msg})") from None
     except (ValueError, RecursionError) as error:  # an integer of over 4300 digits; arrays nested too deep
         raise ConfigError(f"{where}: not JSON this reader takes ({str(error)[:80]})") from None
+
+
+def appended_records(path: Path, record_start: bytes, kind: str, max_line_bytes: int = MAX_LINE_BYTES):
+    """(where, parsed record) for each complete line of an --out file a command appends records to, and that a
+    killed writer may have left with a cut last line. Once the caller has taken every complete line (checking each as
+    one of its own), a cut last line that starts as every record does (`record_start`) is dropped, so appending
+    stays valid; any other unterminated line is refused as not `kind`. A caller that raises leaves the file as it
+    was. A missing file yields nothing."""
+    path = Path(path)
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise ConfigError(f"--out {path} is not a file")
+    complete, cut = 0, False
+    for number, line in bounded_lines(path, max_line_bytes):
+        where = f"{path}:{number}"
+        if not line.endswith(b"\n"):
+            if not line.startswith(record_start):
+                raise ConfigError(f"{where} is not {kind}; write to a new --out")
+            cut = True
+            break
+        complete += len(line)
+        yield where, parse_json_line(line, where, max_line_bytes)
+    if cut:
+        with path.open("r+b") as handle:
+            handle.truncate(complete)

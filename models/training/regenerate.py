@@ -24,9 +24,9 @@ from typing import Callable, Protocol
 from tqdm import tqdm
 
 from dspark.models.errors import ConfigError
-from dspark.models.jsonl import bounded_lines
+from dspark.models.jsonl import appended_records
 from dspark.models.training.conversations import (Conversation, ConversationLimits, Message, conversation_from_record,
-                                                  jsonl_records, parse_record, reply_skeleton)
+                                                  jsonl_records, reply_skeleton)
 
 RECORD_START = b'{"index": '  # how json.dumps begins every record `regenerate` writes (index first)
 MAX_CONCURRENCY = 4096
@@ -72,23 +72,10 @@ class RegenerationSummary:
 
 def done_indices(out: Path, total: int, sampling: dict, limits: ConversationLimits = ConversationLimits()
                  ) -> set[int]:
-    """The input indices already in `out`. A cut last line (a killed writer's: it starts as every record does) is
-    dropped so appending stays valid, once every complete line has been read as a record of this run; a file that
-    is not one is refused whole and left as it was."""
-    if not out.exists():
-        return set()
-    if not out.is_file():
-        raise ConfigError(f"--out {out} is not a file")
-    done, complete, cut = set(), 0, None
-    for number, line in bounded_lines(out, limits.max_line_bytes):
-        where = f"{out}:{number}"
-        if not line.endswith(b"\n"):
-            cut = where if line.startswith(RECORD_START) else None
-            if cut is None:
-                raise ConfigError(f"{where} is not a regenerated record; write to a new --out")
-            break
-        complete += len(line)
-        record = parse_record(line, where, limits)
+    """The input indices already in `out`, every complete line read as a record of this run; a file that is not
+    one is refused whole and left as it was, and a killed writer's cut last line is dropped (appended_records)."""
+    done = set()
+    for where, record in appended_records(out, RECORD_START, "a regenerated record", limits.max_line_bytes):
         index = record.get("index") if isinstance(record, dict) else None
         if index is None:
             raise ConfigError(f"{where} is not a regenerated record; write to a new --out")
@@ -98,9 +85,6 @@ def done_indices(out: Path, total: int, sampling: dict, limits: ConversationLimi
         if type(index) is not int or not 0 <= index < total or index in done:
             raise ConfigError(f"{where} has index {str(index)[:40]}: not a new index below {total} of this input")
         done.add(index)
-    if cut is not None:
-        with out.open("r+b") as handle:
-            handle.truncate(complete)
     return done
 
 

@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from dspark.models.errors import ConfigError
-from dspark.models.jsonl import bounded_lines, parse_json_line
+from dspark.models.jsonl import appended_records
 from dspark.models.training.data import DataConfig, continue_prompts
 
 MARK = "\u2063USER-TURN\u2063"  # a placeholder no template contains
@@ -123,23 +123,11 @@ def record_line(turn: str, batch: int, sampling: dict) -> str:
 
 def resume_point(out: Path, sampling: dict) -> tuple[list[str], int]:
     """(the turns already in `out`, the batch to start from) for a run with `sampling`: the last batch written is
-    drawn again, since a kill may have cut it short (its turns already written are not added twice). A cut last
-    line (a killed writer's: it starts as every record does) is dropped once every complete line has been read as a
-    record of this run; any other file is refused whole and left as it was."""
-    if not out.exists():
-        return [], 0
-    if not out.is_file():
-        raise ConfigError(f"--out {out} is not a file")
-    turns, last_batch, complete, cut = [], 0, 0, False
-    for number, line in bounded_lines(out):
-        where = f"{out}:{number}"
-        if not line.endswith(b"\n"):
-            cut = line.startswith(RECORD_START)
-            if not cut:
-                raise ConfigError(f"{where} is not a self-chat record; write to a new --out")
-            break
-        complete += len(line)
-        record = parse_json_line(line, where)
+    drawn again, since a kill may have cut it short (its turns already written are not added twice). Every complete
+    line must be a record of this run, or the file is refused whole and left as it was; a killed writer's cut last
+    line is dropped (appended_records)."""
+    turns, seen, last_batch = [], set(), 0
+    for where, record in appended_records(out, RECORD_START, "a self-chat record"):
         batch = record.get("batch") if isinstance(record, dict) else None
         text = record.get("turns") if isinstance(record, dict) else None
         if type(batch) is not int or batch < last_batch or not (isinstance(text, list) and len(text) == 1
@@ -149,11 +137,9 @@ def resume_point(out: Path, sampling: dict) -> tuple[list[str], int]:
         if record.get("sampling") != sampling:
             raise ConfigError(f"{where} was drawn with {str(record.get('sampling'))[:300]}, this run with {sampling}: "
                               "use the same settings to resume, or a new --out")
+        if text[0] in seen:
+            raise ConfigError(f"{where} repeats a turn: not a self-chat output; write to a new --out")
         turns.append(text[0])
+        seen.add(text[0])
         last_batch = batch
-    if len(set(turns)) != len(turns):
-        raise ConfigError(f"{out} repeats a turn: not a self-chat output; write to a new --out")
-    if cut:
-        with out.open("r+b") as handle:
-            handle.truncate(complete)
     return turns, last_batch
