@@ -13,6 +13,11 @@ every activation, and the vocabulary-wide logits, of the batch).
 `torch_device` types a --device flag: cpu, or a CUDA device this machine has (`--device foo` was a RuntimeError,
 and `--device cuda` on a machine without one failed only after the weights were read).
 
+`output_file` and `output_dir` type the flags a command writes to (--out, --json, --work-dir, ...): a path that is
+not the wrong kind (a directory where a file goes, a file or a FIFO where a directory goes) under a directory this
+process may write, so a bad path is refused before the minutes of work whose results it was to hold. Commands still
+create the missing folders below that directory.
+
 `http_url` types a server address flag: http(s), a host, and a port in range if one is given (`--url foo` was an
 AttributeError deep in a client, `http://h:99999` a ValueError).
 """
@@ -20,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
@@ -83,3 +90,38 @@ def torch_device(text: str) -> str:
     if (device.index or 0) >= count:
         raise argparse.ArgumentTypeError(f"{text!r} is not one of the {count} CUDA device(s) visible here")
     return text
+
+
+MAX_PATH_CHARS = 4096  # Linux's PATH_MAX
+
+
+def _writable_path(text: str, want_dir: bool) -> Path:
+    if not text or len(text) > MAX_PATH_CHARS or "\0" in text:
+        raise argparse.ArgumentTypeError(f"must be a path of 1 to {MAX_PATH_CHARS} characters, got {text[:80]!r}")
+    path = Path(text)
+    if path.exists():
+        if want_dir and not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text[:200]!r} exists and is not a directory")
+        if not want_dir and not (path.is_file() or path.is_char_device()):  # /dev/stdout and /dev/null are fine
+            raise argparse.ArgumentTypeError(f"{text[:200]!r} exists and is not a regular file")
+        if not os.access(path, os.W_OK):
+            raise argparse.ArgumentTypeError(f"{text[:200]!r} is not writable by this process")
+        return path
+    ancestor = path.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text[:200]!r} cannot be created: {str(ancestor)[:200]!r} is not a "
+                                         "directory this process may write")
+    return path
+
+
+def output_file(text: str) -> Path:
+    """An argparse type: a regular file (or a character device such as /dev/stdout) to write or append to, or a
+    path where one can be created."""
+    return _writable_path(text, want_dir=False)
+
+
+def output_dir(text: str) -> Path:
+    """An argparse type: a directory to write into, or a path where one can be created."""
+    return _writable_path(text, want_dir=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dspark.models.errors import ConfigError
 from dspark.ops.admin.security import AUDIT_KEEP, AUDIT_MAX_BYTES, TlsFiles, TokenBook, check_listen_address
-from dspark.ops.arg_types import finite_float, int_in
+from dspark.ops.arg_types import finite_float, int_in, output_file
 
 DEFAULT_UPDATE_RATE, DEFAULT_UPDATE_BURST = 5.0, 20
 AUDIT_MIN_BYTES = 1 << 16  # room for many lines of at most ~4 KB
@@ -36,7 +36,7 @@ def add_admin_args(parser: argparse.ArgumentParser) -> None:
                        help="CA of client certificates: mTLS, every client must present one")
     group.add_argument("--admin-insecure", action="store_true",
                        help="allow a plaintext admin port on a non-loopback address")
-    group.add_argument("--admin-audit-log", type=Path, default=None,
+    group.add_argument("--admin-audit-log", type=output_file, default=None,
                        help="append every update attempt here as JSON lines (default: $DSPARK_CACHE/admin/audit-PORT.jsonl)")
     group.add_argument("--admin-audit-max-bytes", type=int, default=AUDIT_MAX_BYTES,
                        help=f"rotate the audit log past this size (default {AUDIT_MAX_BYTES}: 10 MiB)")

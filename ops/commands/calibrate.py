@@ -20,7 +20,7 @@ from dspark.models.evaluation.plots import plot_reliability
 from dspark.models.evaluation.run import EvalSettings, calibration_data, decode_all
 from dspark.models.decoding.engine import SpeculativeDecoder
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import finite_float
+from dspark.ops.arg_types import finite_float, output_dir, output_file
 from dspark.ops.commands.decoding_args import add_model_args, add_sampling_args, load_models, sampling_params
 
 
@@ -33,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", type=int, default=None, help="prompts per file (default: DeepSpec's caps)")
     add_sampling_args(parser, temperature=1.0, max_new_tokens=128)
     parser.add_argument("--fit-fraction", type=finite_float, default=0.5, help="share of prompts used to fit")
-    parser.add_argument("--out", type=Path, required=True, help="STS JSON to write")
-    parser.add_argument("--plots", type=Path, default=None, help="directory for the reliability diagram")
+    parser.add_argument("--out", type=output_file, required=True, help="STS JSON to write")
+    parser.add_argument("--plots", type=output_dir, default=None, help="directory for the reliability diagram")
     parser.set_defaults(func=run)
 
 

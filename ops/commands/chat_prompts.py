@@ -16,7 +16,7 @@ from pathlib import Path
 from dspark.models.embedded_target.corpus import default_stdlib_root, load_corpus
 from dspark.models.errors import ConfigError
 from dspark.models.training.chat_prompts import MIN_CHAT_PROMPTS, generate_chat_prompts
-from dspark.ops.arg_types import SEED
+from dspark.ops.arg_types import SEED, output_file
 
 MAX_COUNT = 1_000_000
 
@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--count", type=int, required=True,
                         help=f"distinct prompts to write ({MIN_CHAT_PROMPTS} to {MAX_COUNT})")
     parser.add_argument("--seed", type=SEED, default=0, help="which draw (dspark train's built-in set is seed 0)")
-    parser.add_argument("--out", type=Path, required=True, help=".jsonl file to write")
+    parser.add_argument("--out", type=output_file, required=True, help=".jsonl file to write")
     parser.add_argument("--stdlib", type=Path, default=None, help="stdlib root (default: this interpreter's)")
     parser.set_defaults(func=run)
 

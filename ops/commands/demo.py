@@ -32,6 +32,7 @@ from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptanc
 from dspark.models.evaluation.run import warm_up
 from dspark.models.evaluation.speedup_bound import MIN_REACHED, ChainCosts, speedup_curve, speedup_report
 from dspark.models.portable_paths import portable
+from dspark.ops.arg_types import output_dir
 from dspark.ops.commands.decoding_args import (add_model_args, add_verify_args, draft_vocab_size, dtype_name, load_models,
                                               startup_sps, verify_policy)
 
@@ -50,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_args(parser)
     parser.add_argument("--prompts-file", type=Path, default=None, help="JSONL of {\"turns\": [...]} (default: 4 built-in)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--out", type=Path, default=Path("out/demo"))
+    parser.add_argument("--out", type=output_dir, default=Path("out/demo"))
     add_verify_args(parser)
     parser.set_defaults(func=run)
 

@@ -16,7 +16,7 @@ import torch
 from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root, load_corpus
 from dspark.models.embedded_target.train import TargetArchitecture, TrainSettings, train_target
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import THREADS, finite_float
+from dspark.ops.arg_types import THREADS, finite_float, output_dir
 
 # option name -> (TargetArchitecture field, help)
 ARCH_OPTIONS = {
@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="train the embedded Qwen3 target on the CPython stdlib",
         description=__doc__.splitlines()[0],
     )
-    parser.add_argument("--out", type=Path, default=Path("embedded/target"), help="output directory")
+    parser.add_argument("--out", type=output_dir, default=Path("embedded/target"), help="output directory")
     parser.add_argument("--stdlib", type=Path, default=None, help="stdlib root (default: this interpreter's)")
     parser.add_argument("--held-out-percent", type=int, default=DEFAULT_HELD_OUT_PERCENT)
     parser.add_argument("--threads", type=THREADS, default=2, help="torch CPU threads")

@@ -21,6 +21,7 @@ from dspark.models.evaluation.run import DEEPSPEC_SEED, EvalSettings, calibratio
 from dspark.models.evaluation.teacher_forced import teacher_forced_acceptance
 from dspark.models.errors import ConfigError
 from dspark.models.portable_paths import portable
+from dspark.ops.arg_types import output_dir, output_file
 from dspark.ops.commands.decoding_args import (add_model_args, add_sampling_args, add_verify_args, dtype_name,
                                                load_models, sampling_params, verify_policy)
 
@@ -45,8 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out.add_argument("--teacher-forced", action="store_true",
                      help="also the drafter's teacher-forced greedy acceptance on the target's own greedy replies: "
                           "what the drafter knows of these prompts, apart from the decoding loop")
-    out.add_argument("--json", type=Path, default=None)
-    out.add_argument("--plots", type=Path, default=None, help="directory for acceptance / reliability PNGs")
+    out.add_argument("--json", type=output_file, default=None)
+    out.add_argument("--plots", type=output_dir, default=None, help="directory for acceptance / reliability PNGs")
     parser.set_defaults(func=run)
 
 

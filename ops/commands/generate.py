@@ -18,7 +18,7 @@ import torch
 
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
 from dspark.models.prompts import encode_chat, load_prompts
-from dspark.ops.arg_types import int_in
+from dspark.ops.arg_types import int_in, output_file
 from dspark.ops.commands.decoding_args import (add_model_args, add_sampling_args, add_verify_args, load_models,
                                                sampling_params, verify_policy)
 
@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_sampling_args(parser, temperature=0.0, max_new_tokens=128)
     parser.add_argument("--num-samples", type=int_in(1, 10_000), default=1, help="samples per prompt")
     add_verify_args(parser)
-    parser.add_argument("--json", type=Path, default=None, help="write every sample's details here")
+    parser.add_argument("--json", type=output_file, default=None, help="write every sample's details here")
     parser.set_defaults(func=run)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from dspark.models.decoding.loading import load_target
 from dspark.models.decoding.sps_profile import DEFAULT_BATCH_TOKENS, profile_sps
 from dspark.models.evaluation.plots import plot_sps
-from dspark.ops.arg_types import torch_device
+from dspark.ops.arg_types import output_file, torch_device
 from dspark.ops.commands.decoding_args import add_cpu_linears_arg
 from dspark.ops.commands.threads import add_threads_arg, use_threads
 
@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("profile-sps", help="measure target forwards/s per verify batch size",
                                    description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=Path, required=True, help="transformers model directory of the target")
-    parser.add_argument("--out", type=Path, required=True, help="SPS table JSON to write (plot: same name, .png)")
+    parser.add_argument("--out", type=output_file, required=True, help="SPS table JSON to write (plot: same name, .png)")
     parser.add_argument("--batch-tokens", type=int, nargs="+", default=list(DEFAULT_BATCH_TOKENS),
                         help="probe sizes: tokens per verify forward")
     parser.add_argument("--tokens-per-request", type=int, default=7, help="gamma + 1: how probes split into requests")

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
 from dspark.models.cache import cache_root
 from dspark.models.targets.smollm2 import TARGETS, provide
-from dspark.ops.arg_types import THREADS
+from dspark.ops.arg_types import THREADS, output_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("provide-target", help="download and convert a pretrained target (SmolLM2)",
                                    description=__doc__.splitlines()[0])
     parser.add_argument("name", choices=sorted(TARGETS), help="which target")
-    parser.add_argument("--cache", type=Path, default=None,
+    parser.add_argument("--cache", type=output_dir, default=None,
                         help="cache root (default: $DSPARK_CACHE or ~/.cache/dspark)")
     parser.add_argument("--threads", type=THREADS, default=2, help="torch CPU threads for the conversion check")
     parser.set_defaults(func=handle)

@@ -21,7 +21,7 @@ from dspark.models.errors import ConfigError
 from dspark.models.training.conversations import read_conversations
 from dspark.models.training.regenerate import ReplySampling, regenerate
 from dspark.ops.admin.security import read_secret
-from dspark.ops.arg_types import finite_float, int_in
+from dspark.ops.arg_types import finite_float, int_in, output_file
 
 DEFAULT_CONCURRENCY = 64
 SAMPLING_TYPES = {"temperature": finite_float, "top_p": finite_float, "top_k": int, "max_new_tokens": int}
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "file (training data for `dspark train --data`)",
                                    description=__doc__.splitlines()[0])
     parser.add_argument("--input", type=Path, required=True, help="JSONL: ShareGPT, OpenAI messages or prompts")
-    parser.add_argument("--out", type=Path, required=True, help="JSONL output (appended to; a rerun resumes)")
+    parser.add_argument("--out", type=output_file, required=True, help="JSONL output (appended to; a rerun resumes)")
     backend = parser.add_mutually_exclusive_group(required=True)
     backend.add_argument("--target", type=Path, help="run SGLang's offline Engine on this model directory")
     backend.add_argument("--endpoint", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:30000")

@@ -20,6 +20,7 @@ from dspark.models.target_io import load_frozen_target, load_target_config, targ
 from dspark.models.training.self_chat import (TurnSampling, record_line, resume_point, user_turn_batches,
                                                user_turn_opening)
 from dspark.models.training.trainer import bf16_autocast
+from dspark.ops.arg_types import output_file
 from dspark.ops.commands.threads import add_threads_arg, use_threads
 
 
@@ -28,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=Path, required=True, help="transformers chat model directory")
     parser.add_argument("--count", type=int, required=True, help="distinct user turns to write")
-    parser.add_argument("--out", type=Path, required=True, help=".jsonl file to write, or to resume")
+    parser.add_argument("--out", type=output_file, required=True, help=".jsonl file to write, or to resume")
     parser.add_argument("--max-tokens", type=int, default=TurnSampling.max_tokens,
                         help="a turn not closed within this many is dropped")
     parser.add_argument("--batch-size", type=int, default=TurnSampling.batch_size, help="turns sampled together")

@@ -33,7 +33,7 @@ from dspark.models.target_io import computes_bf16_natively
 from dspark.models.training.run import BLOCK_LOSSES, DrafterSpec, TrainJob, train_job
 from dspark.models.training.trainer import DistContext, TrainConfig
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import BATCH, SEED, THREADS, finite_float, int_in, torch_device
+from dspark.ops.arg_types import BATCH, SEED, THREADS, finite_float, int_in, output_dir, torch_device
 
 DEFAULT_DATA_CACHE = Path.home() / ".cache" / "dspark" / "train-data"
 DIST_TIMEOUT_MINUTES = 180.0  # torch's default is 30 (10 for NCCL in some builds): less than generating the data takes
@@ -45,8 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     io = parser.add_argument_group("target and outputs")
     io.add_argument("--target", type=Path, required=True, help="transformers model directory of the target")
     io.add_argument("--drafter", choices=("dspark", "dflash", "eagle3"), required=True)
-    io.add_argument("--out", type=Path, required=True, help="export directory (weights, card, train_log.json)")
-    io.add_argument("--work-dir", type=Path, default=None, help="checkpoints (default: <out>/work)")
+    io.add_argument("--out", type=output_dir, required=True, help="export directory (weights, card, train_log.json)")
+    io.add_argument("--work-dir", type=output_dir, default=None, help="checkpoints (default: <out>/work)")
     io.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --work-dir")
     io.add_argument("--save-dtype", choices=("bfloat16", "float32"), default="bfloat16")
     io.add_argument("--slim", action="store_true",
@@ -115,8 +115,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--data-seed", type=SEED, default=42)
     data.add_argument("--stdlib", type=Path, default=None, help="stdlib root for prompts (default: this interpreter's)")
     data.add_argument("--held-out-percent", type=int, default=DEFAULT_HELD_OUT_PERCENT)
-    data.add_argument("--data-cache", type=Path, default=DEFAULT_DATA_CACHE)
-    data.add_argument("--feature-cache", type=Path, default=None,
+    data.add_argument("--data-cache", type=output_dir, default=DEFAULT_DATA_CACHE)
+    data.add_argument("--feature-cache", type=output_dir, default=None,
                       help="compute the target's outputs on the training data once into a sharded bf16 store in "
                            "this directory (each torchrun rank writes one shard; a rerun resumes it) and train every "
                            "epoch on it, memory-mapped (default: off, a target forward every step)")

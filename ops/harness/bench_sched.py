@@ -36,7 +36,7 @@ from dspark.models.evaluation.plots import plot_accepted_lengths, plot_load, plo
 from dspark.models.evaluation.scheduling import NO_SPEC, LoadSettings, measure_load, with_no_spec_ratio
 from dspark.models.evaluation.simulate import SIMULATION, extend_sps, fit_cost, simulate, simulate_no_spec
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import BATCH, SEED, finite_float, int_in
+from dspark.ops.arg_types import BATCH, SEED, finite_float, int_in, output_dir
 from dspark.ops.commands.decoding_args import (add_drafting_arg, add_model_args, dtype_name, load_models,
                                                sampling_params)
 
@@ -62,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the threshold policy's survival threshold")
     parser.add_argument("--sps-table", type=Path, default=None, help="SPS JSON (default: profile the target now)")
     add_drafting_arg(parser)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=output_dir, required=True)
     parser.set_defaults(func=run)
 
 

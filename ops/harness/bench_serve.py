@@ -38,7 +38,7 @@ from dspark.models.evaluation.plots import plot_load
 from dspark.models.evaluation.scheduling import NO_SPEC
 from dspark.models.target_io import load_target_config
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import BATCH
+from dspark.ops.arg_types import BATCH, output_dir
 from dspark.ops.harness.served_workload import add_workload_args, answer_all
 
 SKIPPED = re.compile(r"^dspark_draft_skipped_rounds_total (\S+)$", re.MULTILINE)
@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--drafting", nargs="+", choices=spec_of("drafting").choices, default=[default_of("drafting")],
                         help="drafting modes, each run under every policy (default: the setting's default)")
     parser.add_argument("--sps-table", type=Path, default=None, help="default: profiled at engine start")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/serve"))
+    parser.add_argument("--out", type=output_dir, default=Path("bench/results/serve"))
     parser.set_defaults(func=run)
 
 

@@ -26,7 +26,7 @@ from dspark.models.errors import ConfigError
 from dspark.models.prompts import encode_chat, load_prompts
 from dspark.models.target_io import load_target_config
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import BATCH
+from dspark.ops.arg_types import BATCH, output_dir
 from dspark.ops.harness.served_workload import add_workload_args, answer_all
 from dspark.ops.otlp_sink import OtlpReceiver
 
@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_workload_args(parser, limit=8, max_new_tokens=48)
     parser.add_argument("--concurrency", type=BATCH, default=4)
     parser.add_argument("--repeats", type=int, default=6)
-    parser.add_argument("--out", type=Path, default=Path("bench/results/trace-overhead"))
+    parser.add_argument("--out", type=output_dir, default=Path("bench/results/trace-overhead"))
     parser.set_defaults(func=run)
 
 

@@ -96,3 +96,39 @@ def test_a_device_that_is_not_here_is_refused_by_argparse(capsys, command, devic
     with pytest.raises(SystemExit):
         main(command + ["--device", device])
     assert f"argument --device: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command, flag, kind", [
+    (["generate", *MODELS, "--prompt", "x"], "--json", "file"),
+    (["eval", *MODELS, "--datasets", "d.jsonl"], "--json", "file"),
+    (["regenerate", "--input", "i", "--endpoint", "http://h:1"], "--out", "file"),
+    (["self-chat", "--target", str(EMBEDDED_TARGET), "--count", "1"], "--out", "file"),
+    (["train", "--target", str(EMBEDDED_TARGET), "--drafter", "dspark"], "--out", "directory"),
+    (["demo"], "--out", "directory"),
+    (["bench-serve"], "--out", "directory"),
+])
+def test_an_output_path_of_the_wrong_kind_is_refused_by_argparse(tmp_path, capsys, command, flag, kind):
+    """A directory where a file goes (or a file where a directory goes) was an IsADirectoryError, or a
+    FileExistsError, only when the results were written: after the model load, the decoding or the training."""
+    wrong = tmp_path / "wrong"
+    wrong.mkdir() if kind == "file" else wrong.write_text("")
+    with pytest.raises(SystemExit) as refused:
+        main(command + [flag, str(wrong)])
+    assert refused.value.code == 2
+    expected = "is not a regular file" if kind == "file" else "is not a directory"
+    assert f"argument {flag}: {str(wrong)!r} exists and {expected}" in capsys.readouterr().err
+
+
+def test_an_output_path_under_a_file_is_refused_by_argparse(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit):
+        main(["generate", *MODELS, "--prompt", "x", "--json", str(blocker / "sub" / "out.json")])
+    assert f"cannot be created: {str(blocker)!r} is not a directory this process may write" in capsys.readouterr().err
+
+
+def test_an_output_file_may_be_a_character_device_or_new_under_missing_folders(tmp_path):
+    from dspark.ops.arg_types import output_dir, output_file
+    assert str(output_file("/dev/null")) == "/dev/null"
+    assert output_file(str(tmp_path / "a" / "b" / "c.json")) == tmp_path / "a" / "b" / "c.json"
+    assert output_dir(str(tmp_path)) == tmp_path

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from dspark.models.errors import ConfigError
-from dspark.ops.arg_types import finite_float
+from dspark.ops.arg_types import finite_float, output_dir
 
 REPO = Path(__file__).resolve().parents[3]
 TARGET, DRAFTER = REPO / "embedded" / "target", REPO / "embedded" / "dspark"
@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=None, help="also write gpu_check.md and gpu_check.json here")
+    parser.add_argument("--out", type=output_dir, default=None, help="also write gpu_check.md and gpu_check.json here")
     parser.add_argument("--budget-s", type=finite_float, default=BUDGET_S,
                         help="no part starts after this many seconds (default: %(default)s)")
 
