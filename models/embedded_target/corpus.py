@@ -15,7 +15,10 @@ integer, modulo 100 fall below `held_out_percent`. The rule depends only on the 
 deterministic, independent of file order and of which other files exist, and train/held-out are
 disjoint by construction.
 
-Files are read with `tokenize.open`, which honours PEP 263 coding cookies.
+Files are read with `tokenize.open`, which honours PEP 263 coding cookies. Only regular files are listed (a FIFO
+named `x.py` would block the read forever), and the walk is bounded (`MAX_CORPUS_DIRS`, `MAX_CORPUS_FILES`,
+`MAX_CORPUS_BYTES`, each about 20x CPython's Lib/), so `--stdlib /` is refused in a moment instead of walking the
+whole disk.
 """
 from __future__ import annotations
 
@@ -35,6 +38,8 @@ EXCLUDED_DIRS = frozenset(
 )
 BUILD_SPECIFIC_PATTERNS = ("_sysconfigdata_*.py", "config-*")
 DEFAULT_HELD_OUT_PERCENT = 5
+HELD_OUT_PERCENT_RANGE = (1, 99)
+MAX_CORPUS_DIRS, MAX_CORPUS_FILES, MAX_CORPUS_BYTES = 2000, 10_000, 256 << 20  # Lib/: ~50, ~600, ~10 MB
 SPLIT_RULE = "held out iff int(sha256(relative_posix_path).hexdigest()[:8], 16) % 100 < held_out_percent"
 
 
@@ -67,10 +72,9 @@ class Corpus:
     held_out_files: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        if not 0 < self.held_out_percent < 100:
-            raise ConfigError(
-                f"held_out_percent must be in 1..99, got {self.held_out_percent}: pick e.g. 5"
-            )
+        low, high = HELD_OUT_PERCENT_RANGE
+        if not low <= self.held_out_percent <= high:
+            raise ConfigError(f"held_out_percent must be in [{low}, {high}], got {self.held_out_percent}: pick e.g. 5")
         if not self.train_files or not self.held_out_files:
             raise ConfigError(
                 f"corpus at {self.root} has {len(self.train_files)} train and {len(self.held_out_files)} "
@@ -105,12 +109,23 @@ class Corpus:
 
 
 def _python_files(root: Path) -> list[str]:
-    """Relative posix paths of the `*.py` files under root, not descending into excluded directories."""
-    found = []
+    """Relative posix paths of the regular `*.py` files under root, not descending into excluded directories;
+    refused past the walk's bounds."""
+    found, walked, size = [], 0, 0
     for directory, subdirs, files in os.walk(root):
+        walked += 1
+        if walked > MAX_CORPUS_DIRS:
+            raise ConfigError(f"stdlib root {root} holds over {MAX_CORPUS_DIRS} directories: not a CPython Lib/")
         subdirs[:] = [name for name in subdirs if name not in EXCLUDED_DIRS]
         relative = Path(directory).relative_to(root)
-        found += [(relative / name).as_posix() for name in files if name.endswith(".py")]
+        for name in files:
+            path = Path(directory) / name
+            if name.endswith(".py") and path.is_file():
+                found.append((relative / name).as_posix())
+                size += path.stat().st_size
+        if len(found) > MAX_CORPUS_FILES or size > MAX_CORPUS_BYTES:
+            raise ConfigError(f"stdlib root {root} holds over {MAX_CORPUS_FILES} .py files or "
+                              f"{MAX_CORPUS_BYTES >> 20} MiB of them: not a CPython Lib/")
     return found
 
 

@@ -13,33 +13,37 @@ from pathlib import Path
 
 import torch
 
-from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root, load_corpus
+from dspark.models.embedded_target.corpus import (DEFAULT_HELD_OUT_PERCENT, HELD_OUT_PERCENT_RANGE, default_stdlib_root,
+                                                   load_corpus)
 from dspark.models.embedded_target.train import TargetArchitecture, TrainSettings, train_target
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import THREADS, finite_float, output_dir
+from dspark.ops.arg_types import BATCH, SEED, THREADS, finite_float, int_in, output_dir
 
-# option name -> (TargetArchitecture field, help)
+# option name -> (TargetArchitecture field, argparse type with its bounds, help). The bounds keep every tensor
+# of a model this command can train on one machine (the dataclasses check the relations between fields).
+WIDTH = int_in(1, 65536)
 ARCH_OPTIONS = {
-    "hidden": ("hidden_size", "model width"),
-    "layers": ("num_layers", "decoder layers"),
-    "heads": ("num_heads", "attention heads"),
-    "kv-heads": ("num_kv_heads", "key/value heads (grouped-query attention)"),
-    "head-dim": ("head_dim", "dimension per head"),
-    "intermediate": ("intermediate_size", "MLP hidden size"),
-    "vocab": ("vocab_size", "BPE vocabulary size, special tokens included"),
+    "hidden": ("hidden_size", WIDTH, "model width"),
+    "layers": ("num_layers", int_in(1, 256), "decoder layers"),
+    "heads": ("num_heads", int_in(1, 256), "attention heads"),
+    "kv-heads": ("num_kv_heads", int_in(1, 256), "key/value heads (grouped-query attention)"),
+    "head-dim": ("head_dim", int_in(1, 1024), "dimension per head"),
+    "intermediate": ("intermediate_size", WIDTH, "MLP hidden size"),
+    "vocab": ("vocab_size", int_in(1, 1 << 20), "BPE vocabulary size, special tokens included"),
 }
-# option name -> (TrainSettings field, help)
+STEPS = int_in(1, 10**9)
+# option name -> (TrainSettings field, argparse type with its bounds, help)
 TRAIN_OPTIONS = {
-    "steps": ("max_steps", "stop after this many optimizer steps"),
-    "minutes": ("max_minutes", "stop after this many minutes of training (the LR schedule follows the clock)"),
-    "seed": ("seed", "seed of initialisation and batch sampling"),
-    "lr": ("lr", "peak learning rate"),
-    "batch-size": ("batch_size", "sequences per step"),
-    "seq-len": ("seq_len", "tokens per sequence"),
-    "warmup-steps": ("warmup_steps", "linear warmup steps"),
-    "eval-every": ("eval_every", "steps between quick held-out checks (0: none)"),
+    "steps": ("max_steps", STEPS, "stop after this many optimizer steps"),
+    "minutes": ("max_minutes", finite_float, "stop after this many minutes of training (the LR schedule follows the "
+                                             "clock)"),
+    "seed": ("seed", SEED, "seed of initialisation and batch sampling"),
+    "lr": ("lr", finite_float, "peak learning rate"),
+    "batch-size": ("batch_size", BATCH, "sequences per step"),
+    "seq-len": ("seq_len", WIDTH, "tokens per sequence"),
+    "warmup-steps": ("warmup_steps", int_in(0, 10**9), "linear warmup steps"),
+    "eval-every": ("eval_every", int_in(0, 10**9), "steps between quick held-out checks (0: none)"),
 }
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -49,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--out", type=output_dir, default=Path("embedded/target"), help="output directory")
     parser.add_argument("--stdlib", type=Path, default=None, help="stdlib root (default: this interpreter's)")
-    parser.add_argument("--held-out-percent", type=int, default=DEFAULT_HELD_OUT_PERCENT)
+    parser.add_argument("--held-out-percent", type=int_in(*HELD_OUT_PERCENT_RANGE), default=DEFAULT_HELD_OUT_PERCENT)
     parser.add_argument("--threads", type=THREADS, default=2, help="torch CPU threads")
     _add_dataclass_options(parser, ARCH_OPTIONS, TargetArchitecture)
     _add_dataclass_options(parser, TRAIN_OPTIONS, TrainSettings)
@@ -57,16 +61,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_dataclass_options(parser: argparse.ArgumentParser, options: dict, config_class: type) -> None:
-    """One option per config field; default and int/float type come from the dataclass field."""
-    fields = {field.name: field for field in dataclasses.fields(config_class)}
-    for name, (field_name, help_text) in options.items():
-        field = fields[field_name]
-        kind = finite_float if "float" in str(field.type) else int
-        parser.add_argument(f"--{name}", type=kind, default=field.default, help=f"{help_text} (default: {field.default})")
+    """One option per config field, its default from the dataclass field."""
+    defaults = {field.name: field.default for field in dataclasses.fields(config_class)}
+    for name, (field_name, kind, help_text) in options.items():
+        default = defaults[field_name]
+        parser.add_argument(f"--{name}", type=kind, default=default, help=f"{help_text} (default: {default})")
 
 
 def _from_options(args: argparse.Namespace, options: dict) -> dict:
-    return {field: getattr(args, name.replace("-", "_")) for name, (field, _) in options.items()}
+    return {field: getattr(args, name.replace("-", "_")) for name, (field, _, _) in options.items()}
 
 
 def reproduce_command(args: argparse.Namespace) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root
+from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, HELD_OUT_PERCENT_RANGE, default_stdlib_root
 from dspark.models.errors import ConfigError
 from dspark.models.training.data import SOURCES, DataConfig
 from dspark.models.target_io import computes_bf16_natively
@@ -114,7 +114,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--top-k", type=int, default=20)
     data.add_argument("--data-seed", type=SEED, default=42)
     data.add_argument("--stdlib", type=Path, default=None, help="stdlib root for prompts (default: this interpreter's)")
-    data.add_argument("--held-out-percent", type=int, default=DEFAULT_HELD_OUT_PERCENT)
+    data.add_argument("--held-out-percent", type=int_in(*HELD_OUT_PERCENT_RANGE),
+                      default=DEFAULT_HELD_OUT_PERCENT)
     data.add_argument("--data-cache", type=output_dir, default=DEFAULT_DATA_CACHE)
     data.add_argument("--feature-cache", type=output_dir, default=None,
                       help="compute the target's outputs on the training data once into a sharded bf16 store in "

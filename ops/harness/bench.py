@@ -47,7 +47,7 @@ from dspark.models.prompts import encode_chat, load_prompts  # noqa: E402
 from dspark.models.evaluation.paired import format_ratio, paired_ratio, timed_in_turns  # noqa: E402
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, save  # noqa: E402
 from dspark.models.evaluation.run import EvalSettings, evaluate, warm_up  # noqa: E402
-from dspark.ops.arg_types import BATCH, SEED, THREADS  # noqa: E402, output_dir
+from dspark.ops.arg_types import BATCH, SEED, THREADS, output_dir  # noqa: E402
 from dspark.ops.commands.decoding_args import (add_drafter_dtype_arg, add_drafting_arg,  # noqa: E402
                                               add_cpu_linears_arg, add_draft_vocab_arg, draft_vocab_size,
                                               dtype_name, startup_sps)

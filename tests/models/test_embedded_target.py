@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from dspark.models.embedded_target import corpus as corpus_module
 from dspark.models.embedded_target.corpus import default_stdlib_root, is_held_out, load_corpus
 from dspark.models.embedded_target.tokenizer import (
     EOS_TOKEN_ID,
@@ -72,6 +74,26 @@ def test_corpus_rejects_a_bad_percent_or_an_empty_split(tmp_path):
     with pytest.raises(ConfigError, match="non-empty"):
         load_corpus(tmp_path / "json", held_out_percent=5)
 
+
+
+def test_corpus_skips_a_fifo_named_like_a_module(tmp_path):
+    """Reading a FIFO blocks until a writer comes: `--stdlib` at a folder holding one hung."""
+    root = make_stdlib(tmp_path, INCLUDED)
+    os.mkfifo(root / "pipe.py")
+    corpus = load_corpus(root, held_out_percent=50)
+    assert sorted(corpus.train_files + corpus.held_out_files) == sorted(INCLUDED)
+
+
+def test_corpus_refuses_a_root_far_bigger_than_a_stdlib(tmp_path, monkeypatch):
+    """`--stdlib /` walked the whole disk and read every .py on it; the walk stops at its bounds."""
+    root = make_stdlib(tmp_path, [f"p{i}/m.py" for i in range(12)])
+    monkeypatch.setattr(corpus_module, "MAX_CORPUS_DIRS", 10)
+    with pytest.raises(ConfigError, match="holds over 10 directories: not a CPython Lib/"):
+        load_corpus(root)
+    monkeypatch.setattr(corpus_module, "MAX_CORPUS_DIRS", 100)
+    monkeypatch.setattr(corpus_module, "MAX_CORPUS_FILES", 5)
+    with pytest.raises(ConfigError, match="holds over 5 .py files"):
+        load_corpus(root)
 
 @pytest.fixture(scope="module")
 def small_tokenizer():

@@ -31,6 +31,11 @@ MODELS = ["--target", str(EMBEDDED_TARGET), "--drafter", str(EMBEDDED / "dspark"
     (["admin-server", "--sglang-url", "http://127.0.0.1:1"], "--admin-metrics-port", "99999", "[0, 65535]"),
     (["chat-prompts", "--count", "10", "--out", "o"], "--seed", "-5", "[0, 4294967295]"),
     (["regenerate", "--input", "i", "--out", "o", "--endpoint", "http://h:1"], "--limit", "0", "[1, 100000000]"),
+    (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--held-out-percent", "100", "[1, 99]"),
+    (["embedded-target", "--steps", "1"], "--seed", str(2**70), "[0, 4294967295]"),
+    (["embedded-target", "--steps", "1"], "--vocab", str(10**12), "[1, 1048576]"),
+    (["embedded-target", "--steps", "1"], "--seq-len", "-4", "[1, 65536]"),
+    (["embedded-target", "--seed", "1"], "--steps", "0", "[1, 1000000000]"),
 ])
 def test_an_integer_flag_out_of_range_is_refused_by_argparse(capsys, command, flag, value, bound):
     with pytest.raises(SystemExit) as refused:
