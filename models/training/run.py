@@ -50,7 +50,8 @@ from dspark.models.training.tasks import BlockTask, Eagle3Task, TrainTask
 from dspark.models.training.drafter_init import check_same_drafter, init_from_drafter
 from dspark.models.training.sharding import shard_frozen_target, world_mesh
 from dspark.models.training.target_init import init_from_target
-from dspark.models.training.trainer import LOG_FILE, DistContext, TrainConfig, Trainer, bf16_autocast
+from dspark.models.training.trainer import (LOG_FILE, DistContext, TrainConfig, Trainer, bf16_autocast,
+                                           check_fills_a_batch)
 from dspark.models.portable_paths import portable
 
 DEFAULT_LAYERS = {"dspark": 5, "dflash": 5, "eagle3": 1}
@@ -270,18 +271,22 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     # A --data file is read (and checked as hostile input) before any model is loaded.
     conversations = read_regenerated(job.data_file) if job.data_file is not None else None
     corpus = load_corpus(job.stdlib_root, job.held_out_percent)
+    eos_id = tokenizer.eos_token_id
+    # So are its samples (tokenized), and data too small for one global batch is refused before the models load.
+    file_samples = (file_dataset(job, conversations, tokenizer, corpus.held_out_percent, eos_id)
+                    if conversations is not None else None)
+    check_fills_a_batch(len(file_samples) if file_samples is not None else job.data.num_samples, job.train, dist)
     sharded = job.shard_target and dist.world_size > 1  # every forward of the target is then a collective
     target, drafter = target_and_drafter(job, config, dist, sharded)
     fingerprint = target_fingerprint(job.target_dir)
-    eos_id = tokenizer.eos_token_id
     key = {"data": asdict(job.data), "target_sha256": fingerprint, "corpus_root": str(corpus.root),
            "held_out_percent": corpus.held_out_percent, "split": "train"}
     documents, prompts_source, prompts_key = job_documents(job, tokenizer, corpus)
     key.update(prompts_key)
     # bf16 generation samples from (slightly) different logits: its data is cached under its own key.
     train_key = {**key, "generation_autocast": "bfloat16"} if job.train.bf16 else key
-    if conversations is not None:
-        dataset = file_dataset(job, conversations, tokenizer, corpus.held_out_percent, eos_id)
+    if file_samples is not None:
+        dataset = file_samples
     else:
         with bf16_autocast(job.train.bf16, dist.device):
             dataset = cached_dataset(documents("train"), job.data, target, eos_id, train_key, job.data_cache_dir,
@@ -313,12 +318,13 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
 
     monitor, eval_set = None, None
     if dist.is_main or sharded:  # a sharded target's check is a collective: every rank runs it, rank 0 writes
-        eval_set = held_out_set() if job.eval_every else None
+        # built before training, so a held-out split too small for --eval-samples is refused before the steps
+        eval_set = held_out_set() if job.eval_samples else None
         def held_out_metrics() -> dict:  # what the monitor logs, keeping the best drafter by "tau"
             check = held_out_check(eval_set)
             return {"tau": check["tau"], "decoded_tau": check["decoded_tau"]}
 
-        evaluate = held_out_metrics if eval_set is not None else None
+        evaluate = held_out_metrics if job.eval_every else None
         monitor = RunMonitor(job.work_dir, evaluate, job.eval_every, writes=dist.is_main)
     trainer = Trainer(drafter, target, dataset, task, job.train, job.work_dir, dist, features=features,
                       monitor=monitor, fsdp=job.fsdp)
@@ -334,8 +340,6 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     if not (dist.is_main or sharded):
         return None
     kept_best = monitor.load_best(drafter)  # the export is the drafter of the best held-out tau, not the last
-    if job.eval_samples and eval_set is None:
-        eval_set = held_out_set()
     held_out = held_out_check(eval_set) if eval_set is not None else None
     if not dist.is_main:
         return None

@@ -144,13 +144,19 @@ def bf16_autocast(enabled: bool, device: torch.device):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
+def check_fills_a_batch(n_samples: int, cfg: TrainConfig, dist: DistContext) -> None:
+    """Refuse a dataset smaller than one global micro-batch (every rank's --batch-size samples)."""
+    per_batch = cfg.batch_size * dist.world_size
+    if n_samples < per_batch:
+        raise ConfigError(f"the training data has {n_samples} samples, fewer than one global batch ({per_batch}: "
+                          f"--batch-size {cfg.batch_size} x {dist.world_size} rank(s)): add data or lower --batch-size")
+
+
 def batch_indices(n_samples: int, cfg: TrainConfig, dist: DistContext, micro_index: int) -> torch.Tensor:
     """Sample indices of global micro-batch `micro_index` on this rank: a per-epoch permutation, sliced by rank."""
+    check_fills_a_batch(n_samples, cfg, dist)
     per_batch = cfg.batch_size * dist.world_size
-    batches_per_epoch = n_samples // per_batch
-    if batches_per_epoch == 0:
-        raise ConfigError(f"dataset has {n_samples} samples, fewer than one global batch ({per_batch}): add data")
-    epoch, j = divmod(micro_index, batches_per_epoch)
+    epoch, j = divmod(micro_index, n_samples // per_batch)
     perm = torch.randperm(n_samples, generator=torch.Generator().manual_seed(cfg.seed + epoch))
     start = j * per_batch + dist.rank * cfg.batch_size
     return perm[start : start + cfg.batch_size]

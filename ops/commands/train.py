@@ -28,7 +28,7 @@ import torch
 
 from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, HELD_OUT_PERCENT_RANGE, default_stdlib_root
 from dspark.models.errors import ConfigError
-from dspark.models.training.data import SOURCES, DataConfig
+from dspark.models.training.data import DATA_BOUNDS, SOURCES, DataConfig
 from dspark.models.target_io import computes_bf16_natively
 from dspark.models.training.run import BLOCK_LOSSES, DrafterSpec, TrainJob, train_job
 from dspark.models.training.trainer import DistContext, TrainConfig
@@ -105,7 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--builtin-prompts", type=int, default=None,
                       help="chat source: this many prompts of the built-in generated set too (default: 6000 without "
                            "--prompts-file, 0 with it)")
-    data.add_argument("--num-samples", type=int, default=2048)
+    data.add_argument("--num-samples", type=int_in(1, DATA_BOUNDS["num_samples"]), default=2048)
     data.add_argument("--prompt-len", type=int, default=64)
     data.add_argument("--response-len", type=int, default=128)
     data.add_argument("--temperature", type=finite_float, default=0.7,
@@ -121,7 +121,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="compute the target's outputs on the training data once into a sharded bf16 store in "
                            "this directory (each torchrun rank writes one shard; a rerun resumes it) and train every "
                            "epoch on it, memory-mapped (default: off, a target forward every step)")
-    data.add_argument("--eval-samples", type=int, default=32,
+    data.add_argument("--eval-samples", type=int_in(0, 10_000), default=32,
                       help="held-out samples for the acceptance check (0: skip)")
     data.add_argument("--eval-every", type=int, default=0,
                       help="steps between held-out checks (teacher-forced greedy tau, TensorBoard heldout/tau); the "
@@ -188,8 +188,6 @@ def build_job(args: argparse.Namespace) -> TrainJob:
         raise ConfigError(f"--dist-timeout-minutes must be in [1, 10080], got {args.dist_timeout_minutes}")
     if args.draft_vocab_size < 1:
         raise ConfigError(f"--draft-vocab-size must be >= 1, got {args.draft_vocab_size}")
-    if args.eval_samples < 0:
-        raise ConfigError(f"--eval-samples must be >= 0, got {args.eval_samples}")
     if args.prompts_file is not None and args.data_source != "chat":
         raise ConfigError(f"--prompts-file is read by --data-source chat only, not {args.data_source!r}")
     if args.prompts_file is not None and not args.prompts_file.is_file():

@@ -59,3 +59,17 @@ def test_a_bad_data_file_is_refused_before_any_model_loads(tmp_path, capsys, mon
             "--data", str(data), "--threads", "1", "--device", "cpu"]
     assert main(argv) == 2
     assert "regen.jsonl:4: index 1 again" in capsys.readouterr().err
+
+
+def test_data_too_small_for_one_batch_is_refused_before_any_model_loads(tmp_path, capsys, monkeypatch):
+    """--num-samples 1 (or a --data file of a few conversations) under --batch-size 8 failed at the first step,
+    after the models had loaded and the data had been generated."""
+    monkeypatch.setattr("dspark.models.training.run.target_and_drafter", no_model_before_the_checks)
+    base = ["train", "--target", str(EMBEDDED_TARGET), "--drafter", "dspark", "--out", str(tmp_path / "o"),
+            "--threads", "1", "--device", "cpu", "--batch-size", "8", "--data-cache", str(tmp_path / "cache")]
+    assert main(base + ["--num-samples", "1"]) == 2
+    assert "the training data has 1 samples, fewer than one global batch (8: --batch-size 8 x 1 rank(s))" in \
+        capsys.readouterr().err
+    data = regenerated_file(tmp_path / "regen.jsonl", 5)
+    assert main(base + ["--data", str(data)]) == 2
+    assert "samples, fewer than one global batch (8: --batch-size 8 x 1 rank(s))" in capsys.readouterr().err
