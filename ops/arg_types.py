@@ -4,11 +4,11 @@
 false with every bound, so `--admin-update-rate nan` used to switch the rate limit off. A non-finite value is
 refused by argparse, naming the flag and the value.
 
-`int_in(low, high)` types an integer flag with its bounds, so argparse refuses a value outside them, naming the
-flag, the bound and the value, before a command starts any work. The shared ones: SEED (torch and numpy take a
-seed up to 2**32 - 1; a larger one was a traceback after the model had loaded), PORT, THREADS (torch's CPU
-threads: `--threads 100000` aborted the process) and BATCH (requests or rows decoded together: it multiplies
-every activation, and the vocabulary-wide logits, of the batch).
+`int_in(low, high)` types an integer flag with its bounds (`float_in`, a number's), so argparse refuses a value
+outside them, naming the flag, the bound and the value, before a command starts any work. The shared ones: SEED
+(torch and numpy take a seed up to 2**32 - 1; a larger one was a traceback after the model had loaded), PORT,
+THREADS (torch's CPU threads: `--threads 100000` aborted the process), BATCH (requests or rows decoded together:
+it multiplies every activation, and the vocabulary-wide logits, of the batch) and MAX_NEW_TOKENS.
 
 `torch_device` types a --device flag: cpu, or a CUDA device this machine has (`--device foo` was a RuntimeError,
 and `--device cuda` on a machine without one failed only after the weights were read).
@@ -56,10 +56,22 @@ def int_in(low: int, high: int):
     return parse
 
 
+def float_in(low: float, high: float):
+    """An argparse type: a finite number in [low, high]."""
+    def parse(text: str) -> float:
+        value = finite_float(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low:g}, {high:g}], got {text[:40]}")
+        return value
+    parse.__name__ = f"number in [{low:g}, {high:g}]"
+    return parse
+
+
 SEED = int_in(0, 2**32 - 1)
 PORT = int_in(1, 65535)
 THREADS = int_in(1, 1024)
 BATCH = int_in(1, 1024)
+MAX_NEW_TOKENS = int_in(1, 1 << 20)  # the target's positions bound it further (decoding_args.check_max_new_tokens)
 
 
 def http_url(text: str) -> str:

@@ -37,6 +37,7 @@ from dspark.models.errors import SHOWN_CHARS, ConfigError, clipped
 
 MAX_TABLE_BYTES = 1 << 20  # a real table is a few hundred bytes
 DEFAULT_BATCH_TOKENS = (1, 2, 4, 7, 8, 14, 16, 28, 32, 48, 64, 96, 128, 192, 256)
+MAX_PROBE_CACHED_TOKENS = 1 << 20  # the defaults cache ~15K; every probe's cache is set up before the timed passes
 
 
 def probe_sizes(largest: int, tokens_per_request: int) -> list[int]:
@@ -89,12 +90,27 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def check_probe_plan(batch_tokens: Sequence[int], *, tokens_per_request: int, warmup: int, repeats: int,
+                     context_len: int = 1) -> None:
+    """Refuse a profile that cannot run, or whose probes' caches (all set up at once: `context_len` tokens per
+    request) would hold over MAX_PROBE_CACHED_TOKENS, before any model loads."""
+    if not batch_tokens or min(batch_tokens) < 1 or len(set(batch_tokens)) != len(batch_tokens):
+        raise ConfigError(f"--batch-tokens must be distinct positive sizes, got {list(batch_tokens)[:20]}")
+    if tokens_per_request < 1 or warmup < 0 or repeats < 1 or context_len < 1:
+        raise ConfigError(f"need tokens_per_request >= 1, warmup >= 0, repeats >= 1, context_len >= 1; got "
+                          f"{tokens_per_request}, {warmup}, {repeats}, {context_len}")
+    cached = sum(len(probe_shape(b, tokens_per_request)) for b in batch_tokens) * context_len
+    if cached > MAX_PROBE_CACHED_TOKENS:
+        raise ConfigError(f"the probes would cache {cached} tokens (requests x --context-len), over "
+                          f"{MAX_PROBE_CACHED_TOKENS}: fewer or smaller --batch-tokens, or a shorter --context-len")
+
+
 def profile_sps(model: torch.nn.Module, batch_tokens: Sequence[int] = DEFAULT_BATCH_TOKENS, *,
                 tokens_per_request: int = 7, context_len: int = 128, warmup: int = 2, repeats: int = 5,
                 seed: int = 0, progress: bool = True) -> tuple[SpsTable, list[dict]]:
     """(the SPS table, one record per probe: batch_tokens, requests, median/min/max seconds)."""
-    if context_len < 1:
-        raise ConfigError(f"need context_len >= 1, got {context_len}")
+    check_probe_plan(batch_tokens, tokens_per_request=tokens_per_request, warmup=warmup, repeats=repeats,
+                     context_len=context_len)
     generator = torch.Generator().manual_seed(seed)
     return measure_table(lambda counts: Probe(model, counts, context_len, generator).seconds, batch_tokens,
                          tokens_per_request=tokens_per_request, warmup=warmup, repeats=repeats, progress=progress)
@@ -107,11 +123,7 @@ def measure_table(probe: Callable[[torch.Tensor], Callable[[], float]], batch_to
     SGLang's model runner in the server: integration/sps_forward.py). `probe(counts)` sets up one forward of
     `counts` [R] new tokens per request and returns what times it once (seconds); every probe is set up first,
     then the passes run interleaved (module docstring)."""
-    if not batch_tokens or min(batch_tokens) < 1 or len(set(batch_tokens)) != len(batch_tokens):
-        raise ConfigError(f"--batch-tokens must be distinct positive sizes, got {list(batch_tokens)}")
-    if tokens_per_request < 1 or warmup < 0 or repeats < 1:
-        raise ConfigError(f"need tokens_per_request >= 1, warmup >= 0, repeats >= 1; got {tokens_per_request}, "
-                          f"{warmup}, {repeats}")
+    check_probe_plan(batch_tokens, tokens_per_request=tokens_per_request, warmup=warmup, repeats=repeats)
     sizes = sorted(batch_tokens)
     counts = [probe_shape(b, tokens_per_request) for b in sizes]
     probes = [probe(c) for c in counts]

@@ -14,7 +14,8 @@ from dspark.models.decoding.sps_profile import load_sps, probe_sizes, profile_sp
 from dspark.models.decoding.sts import load_sts
 from dspark.models.decoding.verify_length import VerifyLengthPolicy
 from dspark.models.errors import ConfigError
-from dspark.ops.arg_types import BATCH, SEED, finite_float, torch_device
+from dspark.models.target_io import load_target_config
+from dspark.ops.arg_types import BATCH, MAX_NEW_TOKENS, SEED, finite_float, torch_device
 from dspark.ops.commands.settings_args import add_settings_args, settings_from_args
 from dspark.ops.commands.threads import add_threads_arg, use_threads
 
@@ -68,7 +69,7 @@ def draft_vocab_size(drafter) -> int:
 
 def add_sampling_args(parser: argparse.ArgumentParser, temperature: float, max_new_tokens: int) -> None:
     group = parser.add_argument_group("sampling")
-    group.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    group.add_argument("--max-new-tokens", type=MAX_NEW_TOKENS, default=max_new_tokens)
     group.add_argument("--temperature", type=finite_float, default=temperature, help="0: greedy")
     group.add_argument("--top-k", type=int, default=0, help="0: off")
     group.add_argument("--top-p", type=finite_float, default=1.0, help="1: off")
@@ -89,16 +90,24 @@ def add_drafting_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:
-    if args.max_new_tokens < 1:
-        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     try:
         return SamplingParams(args.temperature, args.top_k, args.top_p)
     except ValueError as err:
         raise ConfigError(str(err)) from None
 
 
+def check_max_new_tokens(args: argparse.Namespace) -> None:
+    """--max-new-tokens against the target's positions, read from its config before any weights load (the engine
+    checks each prompt + max_new_tokens again)."""
+    positions = getattr(load_target_config(args.target)[0], "max_position_embeddings", None)
+    if positions is not None and args.max_new_tokens >= positions:
+        raise ConfigError(f"--max-new-tokens {args.max_new_tokens} leaves no room for a prompt in the target's "
+                          f"{positions} positions (max_position_embeddings)")
+
+
 def load_models(args: argparse.Namespace) -> tuple:
-    """(target, drafter or None) after validating the paths; sets the thread count."""
+    """(target, drafter or None) after validating the paths and --max-new-tokens; sets the thread count."""
+    check_max_new_tokens(args)
     use_threads(args)
     target: Target = load_target(args.target, args.device, cpu_linears=args.cpu_linears)
     return target, load_drafter_for(None if getattr(args, "no_spec", False) else args.drafter, target,

@@ -25,14 +25,13 @@ import torch
 from dspark.kernels.warping import GREEDY
 from dspark.models.decoding.cpu_linears import linear_plans
 from dspark.models.decoding.engine import GenerationConfig, SpeculativeDecoder
-from dspark.models.errors import ConfigError
 from dspark.models.evaluation.acceptance import acceptance_summary
 from dspark.models.prompts import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, plot_speedup_bound
 from dspark.models.evaluation.run import warm_up
 from dspark.models.evaluation.speedup_bound import MIN_REACHED, ChainCosts, speedup_curve, speedup_report
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import output_dir
+from dspark.ops.arg_types import MAX_NEW_TOKENS, output_dir
 from dspark.ops.commands.decoding_args import (add_model_args, add_verify_args, draft_vocab_size, dtype_name, load_models,
                                               startup_sps, verify_policy)
 
@@ -50,15 +49,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__.splitlines()[0])
     add_model_args(parser)
     parser.add_argument("--prompts-file", type=Path, default=None, help="JSONL of {\"turns\": [...]} (default: 4 built-in)")
-    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--max-new-tokens", type=MAX_NEW_TOKENS, default=96)
     parser.add_argument("--out", type=output_dir, default=Path("out/demo"))
     add_verify_args(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.max_new_tokens < 1:
-        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     texts = list(DEMO_PROMPTS) if args.prompts_file is None else load_prompts(args.prompts_file)
     target, drafter = load_models(args)
     config = GenerationConfig(args.max_new_tokens, GREEDY, target.eos_token_ids)

@@ -12,9 +12,9 @@ import argparse
 from pathlib import Path
 
 from dspark.models.decoding.loading import load_target
-from dspark.models.decoding.sps_profile import DEFAULT_BATCH_TOKENS, profile_sps
+from dspark.models.decoding.sps_profile import DEFAULT_BATCH_TOKENS, check_probe_plan, profile_sps
 from dspark.models.evaluation.plots import plot_sps
-from dspark.ops.arg_types import output_file, torch_device
+from dspark.ops.arg_types import int_in, output_file, torch_device
 from dspark.ops.commands.decoding_args import add_cpu_linears_arg
 from dspark.ops.commands.threads import add_threads_arg, use_threads
 
@@ -24,12 +24,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=Path, required=True, help="transformers model directory of the target")
     parser.add_argument("--out", type=output_file, required=True, help="SPS table JSON to write (plot: same name, .png)")
-    parser.add_argument("--batch-tokens", type=int, nargs="+", default=list(DEFAULT_BATCH_TOKENS),
+    parser.add_argument("--batch-tokens", type=int_in(1, 1 << 16), nargs="+", default=list(DEFAULT_BATCH_TOKENS),
                         help="probe sizes: tokens per verify forward")
-    parser.add_argument("--tokens-per-request", type=int, default=7, help="gamma + 1: how probes split into requests")
-    parser.add_argument("--context-len", type=int, default=128, help="cached tokens per request")
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--tokens-per-request", type=int_in(1, 1024), default=7, help="gamma + 1: how probes split into requests")
+    parser.add_argument("--context-len", type=int_in(1, 1 << 20), default=128, help="cached tokens per request")
+    parser.add_argument("--warmup", type=int_in(0, 1000), default=2)
+    parser.add_argument("--repeats", type=int_in(1, 1000), default=5)
     parser.add_argument("--device", type=torch_device, default="cpu", help="cpu or cuda")
     add_cpu_linears_arg(parser)
     add_threads_arg(parser)
@@ -37,6 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_probe_plan(args.batch_tokens, tokens_per_request=args.tokens_per_request, warmup=args.warmup,
+                     repeats=args.repeats, context_len=args.context_len)  # before the weights load
     use_threads(args)
     target = load_target(args.target, args.device, cpu_linears=args.cpu_linears)
     table, records = profile_sps(target.model, args.batch_tokens, tokens_per_request=args.tokens_per_request,

@@ -47,7 +47,7 @@ from dspark.models.prompts import encode_chat, load_prompts  # noqa: E402
 from dspark.models.evaluation.paired import format_ratio, paired_ratio, timed_in_turns  # noqa: E402
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, save  # noqa: E402
 from dspark.models.evaluation.run import EvalSettings, evaluate, warm_up  # noqa: E402
-from dspark.ops.arg_types import BATCH, SEED, THREADS, output_dir  # noqa: E402
+from dspark.ops.arg_types import BATCH, MAX_NEW_TOKENS, SEED, THREADS, output_dir  # noqa: E402
 from dspark.ops.commands.decoding_args import (add_drafter_dtype_arg, add_drafting_arg,  # noqa: E402
                                               add_cpu_linears_arg, add_draft_vocab_arg, draft_vocab_size,
                                               dtype_name, startup_sps)
@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--drafters", nargs="+", required=True, metavar="KIND=DIR")
     parser.add_argument("--datasets", nargs="+", required=True, metavar="NAME=JSONL")
     parser.add_argument("--prompts", type=int, default=16, help="prompts per dataset for tau")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--max-new-tokens", type=MAX_NEW_TOKENS, default=128)
     parser.add_argument("--tau-batch-size", type=int, default=1, help="requests decoded together for tau")
     parser.add_argument("--speed-prompts", type=int, default=8)
     parser.add_argument("--speed-tokens", type=int, default=64)
@@ -90,7 +90,7 @@ def pairs(values: list, flag: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in ("prompts", "max_new_tokens", "tau_batch_size", "speed_prompts", "speed_tokens", "speed_repeats"):
+    for name in ("prompts", "tau_batch_size", "speed_prompts", "speed_tokens", "speed_repeats"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     drafter_paths = pairs(args.drafters, "--drafters")

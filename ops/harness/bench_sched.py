@@ -36,7 +36,7 @@ from dspark.models.evaluation.plots import plot_accepted_lengths, plot_load, plo
 from dspark.models.evaluation.scheduling import NO_SPEC, LoadSettings, measure_load, with_no_spec_ratio
 from dspark.models.evaluation.simulate import SIMULATION, extend_sps, fit_cost, simulate, simulate_no_spec
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import BATCH, SEED, finite_float, int_in, output_dir
+from dspark.ops.arg_types import BATCH, MAX_NEW_TOKENS, SEED, finite_float, int_in, output_dir
 from dspark.ops.commands.decoding_args import (add_drafting_arg, add_model_args, dtype_name, load_models,
                                                sampling_params)
 
@@ -51,12 +51,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--concurrency", type=BATCH, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     parser.add_argument("--simulate-to", type=int_in(0, 4096), default=1024,
                         help="largest simulated concurrency (0: none)")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--max-new-tokens", type=MAX_NEW_TOKENS, default=48)
     parser.add_argument("--temperature", type=finite_float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--top-p", type=finite_float, default=1.0)
     parser.add_argument("--seed", type=SEED, default=0)
-    parser.add_argument("--repeats", type=int, default=3,
+    parser.add_argument("--repeats", type=int_in(1, 1000), default=3,
                         help="runs of every (policy, concurrency), in rotating order: the median is reported")
     parser.add_argument("--threshold", type=finite_float, default=0.3,
                         help="the threshold policy's survival threshold")
@@ -78,16 +78,18 @@ def policies(sps, gamma: int, threshold: float) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     sampling = sampling_params(args)
+    given_sps = load_sps(args.sps_table) if args.sps_table is not None else None  # read before any model loads
+    texts = load_prompts(args.prompts_file, args.limit)
     target, drafter = load_models(args)
     if not drafter.config.enable_confidence_head:
         raise ConfigError(f"{args.drafter} has no confidence head: the confidence-aware policies need a DSpark drafter")
     gamma = drafter.config.gamma
-    prompts = [encode_chat(target.tokenizer, text) for text in load_prompts(args.prompts_file, args.limit)]
+    prompts = [encode_chat(target.tokenizer, text) for text in texts]
     settings = LoadSettings(tuple(sorted(set(args.concurrency))),
                             config=GenerationConfig(args.max_new_tokens, sampling, target.eos_token_ids),
                             seed=args.seed, repeats=args.repeats)
     args.out.mkdir(parents=True, exist_ok=True)
-    sps = load_sps(args.sps_table) if args.sps_table is not None else profiled_sps(target.model, settings, gamma, args.out)
+    sps = given_sps or profiled_sps(target.model, settings, gamma, args.out)
     chosen = policies(sps, gamma, args.threshold)
     measured, traces = measure_load(target.model, drafter, prompts, chosen, settings, drafting=args.drafting)
     if args.simulate_to and traces is None:

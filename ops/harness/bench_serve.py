@@ -32,6 +32,7 @@ import torch
 from dspark.integration.server import SGLangServer, cpu_server_args, dspark_args, dspark_env
 from dspark.models.checkpoint import read_drafter_config
 from dspark.models.decoding.settings import POLICIES, default_of, spec_of
+from dspark.models.decoding.sps_profile import load_sps
 from dspark.models.errors import ConfigError
 from dspark.models.prompts import encode_chat, load_prompts
 from dspark.models.evaluation.plots import plot_load
@@ -64,8 +65,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.limit < 1 or args.max_new_tokens < 1 or min(args.concurrency) < 1:
-        raise ConfigError("--limit, --max-new-tokens and --concurrency must be >= 1")
+    if args.sps_table is not None:
+        load_sps(args.sps_table)  # the server would read it only once SGLang is up, minutes from now
     target_config, tokenizer = load_target_config(args.target)
     gamma = read_drafter_config(args.drafter, target_config).gamma
     prompts = [encode_chat(tokenizer, text) for text in load_prompts(args.prompts_file)[: args.limit]]

@@ -22,11 +22,10 @@ import torch
 
 from dspark.integration.server import TRACE_LEVEL, SGLangServer, cpu_server_args, dspark_args, dspark_env
 from dspark.models.decoding.settings import default_of
-from dspark.models.errors import ConfigError
 from dspark.models.prompts import encode_chat, load_prompts
 from dspark.models.target_io import load_target_config
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import BATCH, output_dir
+from dspark.ops.arg_types import BATCH, int_in, output_dir
 from dspark.ops.harness.served_workload import add_workload_args, answer_all
 from dspark.ops.otlp_sink import OtlpReceiver
 
@@ -39,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__.splitlines()[0])
     add_workload_args(parser, limit=8, max_new_tokens=48)
     parser.add_argument("--concurrency", type=BATCH, default=4)
-    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--repeats", type=int_in(1, 1000), default=6)
     parser.add_argument("--out", type=output_dir, default=Path("bench/results/trace-overhead"))
     parser.set_defaults(func=run)
 
@@ -63,8 +62,6 @@ def measure(servers: dict, prompts, args, order: tuple) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if min(args.limit, args.max_new_tokens, args.concurrency, args.repeats) < 1:
-        raise ConfigError("--limit, --max-new-tokens, --concurrency and --repeats must be >= 1")
     _, tokenizer = load_target_config(args.target)
     prompts = [encode_chat(tokenizer, text) for text in load_prompts(args.prompts_file)[: args.limit]]
     cpu = not torch.cuda.is_available()

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dspark.integration.server import SGLangServer
+from dspark.ops.arg_types import MAX_NEW_TOKENS, int_in
 
 
 def add_workload_args(parser: argparse.ArgumentParser, limit: int, max_new_tokens: int) -> None:
@@ -15,8 +16,8 @@ def add_workload_args(parser: argparse.ArgumentParser, limit: int, max_new_token
     parser.add_argument("--target", type=Path, required=True)
     parser.add_argument("--drafter", type=Path, required=True)
     parser.add_argument("--prompts-file", type=Path, required=True, help='JSONL of {"turns": [...]} rows')
-    parser.add_argument("--limit", type=int, default=limit, help="prompts used")
-    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    parser.add_argument("--limit", type=int_in(1, 100_000), default=limit, help="prompts used")
+    parser.add_argument("--max-new-tokens", type=MAX_NEW_TOKENS, default=max_new_tokens)
 
 
 def answer_all(server: SGLangServer, prompts: list[list[int]], max_new_tokens: int, concurrency: int) -> dict:

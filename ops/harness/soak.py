@@ -44,7 +44,7 @@ import psutil
 from dspark.models.errors import ConfigError
 from dspark.ops.admin.client import AdminClient, Credentials
 from dspark.ops.admin.security import read_secret
-from dspark.ops.arg_types import SEED, finite_float, http_url, int_in, output_dir
+from dspark.ops.arg_types import MAX_NEW_TOKENS, SEED, finite_float, http_url, int_in, output_dir
 
 WEIGHTS = {"greedy": 10, "sampled": 3, "long": 1, "too-long": 1, "disconnect": 2, "malformed": 2}
 GREEDY_PROMPTS = ("def fibonacci(n):", "import os\nimport sys\n\n\ndef main(", "class Node:\n    ",
@@ -90,7 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--admin-token-file", type=Path, default=None, help="an admin token of the gRPC admin API")
     parser.add_argument("--duration", type=finite_float, default=60.0, help="seconds of load (it stops by itself)")
     parser.add_argument("--concurrency", type=int_in(1, 1024), default=16, help="clients sending at once (threads)")
-    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--max-new-tokens", type=MAX_NEW_TOKENS, default=32)
     parser.add_argument("--change-every", type=finite_float, default=3.0, help="seconds between live state changes")
     parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--out", type=output_dir, default=Path("out/soak"))
