@@ -10,6 +10,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dspark.ops.admin.convert import settings_to_message, update_mask
+from dspark.ops.admin.restart import restart_timeout
 from dspark.ops.admin.tracing import outgoing_metadata
 from dspark.ops.admin.v1 import admin_pb2 as pb
 from dspark.ops.admin.v1 import admin_pb2_grpc
@@ -84,8 +85,8 @@ class AdminClient:
         return self._call(self.stub.Calibrate, request)
 
     def restart(self, timeout_s: float = 0.0) -> pb.RestartResponse:
-        """Blocks until the replica serves again (timeout_s 0: the server's default, 1800 s)."""
-        wait = timeout_s or 1800.0
+        """Blocks until the replica serves again (timeout_s 0: the server's default, DEFAULT_RESTART_TIMEOUT_S)."""
+        wait = restart_timeout(timeout_s)  # a wait the server would refuse is refused here, by the same rule
         return self._call(self.stub.Restart, pb.RestartRequest(timeout_s=wait), timeout=wait + 30.0)
 
     def serving(self) -> bool:

@@ -32,6 +32,19 @@ LIVE_SETTINGS_FILE = "live-settings.json"
 STARTS_FILE = "starts"
 RESTART_SIGNAL = signal.SIGHUP
 
+DEFAULT_RESTART_TIMEOUT_S = 1800.0  # a large model's start on a GPU node: the chart's startup-probe budget
+MAX_RESTART_TIMEOUT_S = 4 * 3600.0  # an unbounded wait held one of the admin server's worker threads for as long
+
+
+def restart_timeout(requested: float) -> float:
+    """The wait a Restart request asks for, or a ConfigError naming the bounds."""
+    if requested == 0:
+        return DEFAULT_RESTART_TIMEOUT_S
+    if not 0 < requested <= MAX_RESTART_TIMEOUT_S:  # NaN included
+        raise ConfigError(f"timeout_s must be 0 (the default, {DEFAULT_RESTART_TIMEOUT_S:g} s) or in (0, "
+                          f"{MAX_RESTART_TIMEOUT_S:g}] seconds, got {requested!r}")
+    return requested
+
 
 @dataclass(frozen=True)
 class RestartChannel:

@@ -8,7 +8,8 @@ versioning and history happen in the schedulers, atomically. Status codes:
     INVALID_ARGUMENT    a value out of range, a wrong type or unknown field, an unknown mask path, an empty mask,
                         an sps_table outside the SPS directories or one that cannot be read as a table,
                         min_samples outside 1..the window's size (0: the default), WatchState's interval_s
-                        outside its bounds (streams.py; 0: 1 s)
+                        outside its bounds (streams.py; 0: 1 s), Restart's timeout_s outside
+                        [0, MAX_RESTART_TIMEOUT_S] (restart.py; 0: DEFAULT_RESTART_TIMEOUT_S)
     ABORTED             expected_version is not the current version (read again, redo the change)
                         (Calibrate with too few labelled rounds in the window: INVALID_ARGUMENT, naming the count)
     UNAUTHENTICATED     no valid token or client certificate
@@ -36,7 +37,7 @@ from dspark.integration.runtime_state import PREVIOUS, VersionConflict
 from dspark.models.decoding.sps_profile import load_sps
 from dspark.models.errors import SHOWN_CHARS, ConfigError, clipped
 from dspark.ops.admin.backend import ReplicaUnavailable, SGLangBackend
-from dspark.ops.admin.restart import RestartChannel
+from dspark.ops.admin.restart import RestartChannel, restart_timeout
 from dspark.ops.admin.convert import message_to_settings, settings_to_message, state_message
 from dspark.ops.admin.security import AuditLog, Caller, Denied, RateLimiter, TokenBook, authorize
 from dspark.ops.admin.streams import Streams, StreamsFull, watch_interval
@@ -46,7 +47,6 @@ from dspark.ops.admin.v1 import admin_pb2_grpc
 
 DEFAULT_CALIBRATION_SAMPLES = 64
 DEFAULT_SPS_SAMPLES = 256
-DEFAULT_RESTART_TIMEOUT_S = 1800.0  # a large model's start on a GPU node: the chart's startup-probe budget
 RESTART_POLL_S = 0.5
 
 T = TypeVar("T")
@@ -182,10 +182,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         if self.restarts is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this admin server was not started by `dspark serve`: "
                                                               "nothing here can restart SGLang")
-        timeout = request.timeout_s if request.timeout_s > 0 else DEFAULT_RESTART_TIMEOUT_S
         began = time.monotonic()
 
         def restart(_caller: Caller) -> tuple[dict, dict, int]:
+            timeout = restart_timeout(request.timeout_s)
             before = self.backend.report()
             starts = self.restarts.starts()
             self.restarts.request()

@@ -30,10 +30,14 @@ from dspark.ops.admin.client import AdminClient, Credentials
 from dspark.ops.admin.convert import message_to_settings
 from dspark.ops.admin.fleet import describe, fleet_update, in_parallel, rolling_restart
 from dspark.ops.admin.security import read_secret
-from dspark.ops.arg_types import finite_float
+from dspark.ops.admin.restart import MAX_RESTART_TIMEOUT_S
+from dspark.ops.admin.streams import INTERVAL_MAX_S, INTERVAL_MIN_S
+from dspark.ops.arg_types import float_in, int_in
 from dspark.ops.commands.settings_args import add_settings_patch_args, settings_patch
 
 ACTIONS = ("get", "set", "watch", "rollback", "history", "profile-sps", "calibrate", "restart")
+
+DAY_S = 86400.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,24 +49,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         add_target_args(sub)
         if action == "set":
             add_settings_patch_args(sub, "settings to change (models/decoding/settings.py)")
-            sub.add_argument("--canary", type=int, default=0, help="apply to this many replicas first")
-            sub.add_argument("--canary-wait", type=finite_float, default=30.0, help="seconds the canary must hold")
-            sub.add_argument("--canary-min-tau", type=finite_float, default=None, help="tau the canary must keep")
+            sub.add_argument("--canary", type=int_in(0, 10_000), default=0, help="apply to this many replicas first")
+            sub.add_argument("--canary-wait", type=float_in(0, DAY_S), default=30.0,
+                             help="seconds the canary must hold")
+            sub.add_argument("--canary-min-tau", type=float_in(0, 1000), default=None, help="tau the canary must keep")
         if action == "watch":
-            sub.add_argument("--interval", type=finite_float, default=1.0, help="seconds between stats")
-            sub.add_argument("--duration", type=finite_float, default=10.0, help="stop after this many seconds")
+            sub.add_argument("--interval", type=float_in(INTERVAL_MIN_S, INTERVAL_MAX_S), default=1.0,
+                             help="seconds between stats")
+            sub.add_argument("--duration", type=float_in(0.1, 7 * DAY_S), default=10.0,
+                             help="stop after this many seconds")
         if action == "rollback":
-            sub.add_argument("--to-version", type=int, default=None, help="default: the previous version")
+            sub.add_argument("--to-version", type=int_in(0, 2**63 - 1), default=None,
+                             help="default: the previous version")
         if action == "calibrate":
-            sub.add_argument("--min-samples", type=int, default=0,
+            sub.add_argument("--min-samples", type=int_in(0, 1 << 20), default=0,
                              help="labelled request-rounds the live window must hold (default 64)")
         if action == "profile-sps":
             sub.add_argument("--from-traffic", action="store_true",
                              help="fit the table to the round times measured on live traffic instead of profiling")
-            sub.add_argument("--min-samples", type=int, default=0,
+            sub.add_argument("--min-samples", type=int_in(0, 1 << 20), default=0,
                              help="--from-traffic: measured rounds the live window must hold (default 256)")
         if action == "restart":
-            sub.add_argument("--restart-timeout", type=finite_float, default=0.0,
+            sub.add_argument("--restart-timeout", type=float_in(0, MAX_RESTART_TIMEOUT_S), default=0.0,
                              help="seconds each replica gets to serve again (default 1800)")
         sub.set_defaults(func=run)
 
@@ -83,7 +91,7 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
     auth.add_argument("--admin-insecure", action="store_true",
                       help="send the token in plaintext to non-loopback addresses --k8s-service lists")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    parser.add_argument("--timeout", type=finite_float, default=30.0, help="seconds per call")
+    parser.add_argument("--timeout", type=float_in(0.1, 3600), default=30.0, help="seconds per call")
 
 
 def replicas(args: argparse.Namespace) -> list[str]:

@@ -17,6 +17,8 @@ MODELS = ["--target", str(EMBEDDED_TARGET), "--drafter", str(EMBEDDED / "dspark"
     (["generate", *MODELS, "--prompt", "x"], "--threads", "100000", "[1, 1024]"),
     (["generate", *MODELS, "--prompt", "x"], "--batch-size", "100000000", "[1, 1024]"),
     (["generate", *MODELS, "--prompt", "x"], "--num-samples", "100000000", "[1, 10000]"),
+    (["generate", *MODELS, "--prompt", "x"], "--max-new-tokens", "0", "[1, 1048576]"),
+    (["demo"], "--max-new-tokens", str(10**9), "[1, 1048576]"),
     (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--seed", "-1", "[0, 4294967295]"),
     (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--data-seed", str(2**62), "[0, 4294967295]"),
     (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--batch-size", "5000", "[1, 1024]"),
@@ -32,12 +34,21 @@ MODELS = ["--target", str(EMBEDDED_TARGET), "--drafter", str(EMBEDDED / "dspark"
     (["chat-prompts", "--count", "10", "--out", "o"], "--seed", "-5", "[0, 4294967295]"),
     (["regenerate", "--input", "i", "--out", "o", "--endpoint", "http://h:1"], "--limit", "0", "[1, 100000000]"),
     (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--held-out-percent", "100", "[1, 99]"),
+    (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--eval-samples", "100000", "[0, 10000]"),
+    (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--num-samples", "0", "[1, 10000000]"),
     (["embedded-target", "--steps", "1"], "--seed", str(2**70), "[0, 4294967295]"),
     (["embedded-target", "--steps", "1"], "--vocab", str(10**12), "[1, 1048576]"),
     (["embedded-target", "--steps", "1"], "--seq-len", "-4", "[1, 65536]"),
     (["embedded-target", "--seed", "1"], "--steps", "0", "[1, 1000000000]"),
+    (["admin", "watch", "--replica", "h:1"], "--duration", "1e300", "[0.1, 604800]"),
+    (["admin", "watch", "--replica", "h:1"], "--interval", "0.001", "[0.1, 3600]"),
+    (["admin", "watch", "--replica", "h:1"], "--timeout", "0", "[0.1, 3600]"),
+    (["admin", "restart", "--replica", "h:1"], "--restart-timeout", "1e9", "[0, 14400]"),
+    (["admin", "set", "--replica", "h:1"], "--canary", "-1", "[0, 10000]"),
+    (["bench-trace", *MODELS, "--prompts-file", "p"], "--repeats", "0", "[1, 1000]"),
+    (["profile-sps", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--repeats", "0", "[1, 1000]"),
 ])
-def test_an_integer_flag_out_of_range_is_refused_by_argparse(capsys, command, flag, value, bound):
+def test_a_flag_out_of_range_is_refused_by_argparse(capsys, command, flag, value, bound):
     with pytest.raises(SystemExit) as refused:
         main(command + [flag, value])
     assert refused.value.code == 2
@@ -137,3 +148,30 @@ def test_an_output_file_may_be_a_character_device_or_new_under_missing_folders(t
     assert str(output_file("/dev/null")) == "/dev/null"
     assert output_file(str(tmp_path / "a" / "b" / "c.json")) == tmp_path / "a" / "b" / "c.json"
     assert output_dir(str(tmp_path)) == tmp_path
+
+
+def no_weights(*args, **kwargs):
+    raise AssertionError("the target's weights were loaded before the flags were checked")
+
+
+@pytest.mark.parametrize("command, message", [
+    (["generate", *MODELS, "--prompt", "x", "--max-new-tokens", "5000"],
+     "--max-new-tokens 5000 leaves no room for a prompt in the target's 2048 positions"),
+    (["profile-sps", "--target", str(EMBEDDED_TARGET), "--out", "OUT/sps.json", "--batch-tokens", "4", "4"],
+     "--batch-tokens must be distinct positive sizes, got [4, 4]"),
+    (["profile-sps", "--target", str(EMBEDDED_TARGET), "--out", "OUT/sps.json", "--batch-tokens", "65536",
+      "--tokens-per-request", "1", "--context-len", "4096"], "the probes would cache 268435456 tokens"),
+    (["bench-sched", *MODELS, "--prompts-file", "OUT/p.jsonl", "--out", "OUT/b", "--sps-table", "OUT/none.json"],
+     "none.json does not exist or is not a file"),
+    (["bench-serve", *MODELS, "--prompts-file", "OUT/p.jsonl", "--out", "OUT/b", "--sps-table", "OUT/none.json"],
+     "none.json does not exist or is not a file"),
+])
+def test_a_run_that_cannot_work_is_refused_before_the_weights_load(tmp_path, capsys, monkeypatch, command, message):
+    """Each was refused only after the target had loaded (profile-sps, bench-sched, generate), or after SGLang
+    had started and served a whole run without speculation (bench-serve)."""
+    monkeypatch.setattr("dspark.ops.commands.decoding_args.load_target", no_weights)
+    monkeypatch.setattr("dspark.ops.commands.profile_sps.load_target", no_weights)
+    monkeypatch.setattr("dspark.ops.harness.bench_serve.no_spec_runs", no_weights)
+    (tmp_path / "p.jsonl").write_text('{"turns": ["hi"]}\n')
+    assert main([part.replace("OUT", str(tmp_path)) for part in command]) == 2
+    assert message in capsys.readouterr().err

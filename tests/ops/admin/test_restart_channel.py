@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from dspark.integration.server import free_port
+from dspark.models.errors import ConfigError
 from dspark.ops.admin import server
 from dspark.ops.admin.backend import SGLangBackend
 from dspark.ops.admin.client import AdminClient, Credentials
@@ -18,6 +19,7 @@ from dspark.ops.admin.fleet import rolling_restart
 from dspark.ops.admin.restart import RestartChannel
 from dspark.ops.admin.security import AuditLog, RateLimiter, TlsFiles, TokenBook
 from dspark.ops.admin.service import AdminService
+from dspark.ops.admin.v1 import admin_pb2 as pb
 from dspark.ops.cli import main
 
 NOWHERE = SGLangBackend(f"http://127.0.0.1:{free_port()}", timeout_s=2)
@@ -82,6 +84,25 @@ def test_restart_refusals_name_the_problem_and_are_audited(tmp_path, supervised,
         client.close()
         admin.stop()
 
+
+
+@pytest.mark.parametrize("timeout_s", [-1.0, 1e300, float("inf"), float("nan")])
+def test_a_restart_wait_out_of_bounds_is_refused_and_audited(tmp_path, timeout_s):
+    """An unbounded wait held one of the admin server's worker threads until the server stopped."""
+    admin = start_admin(tmp_path, RestartChannel(tmp_path, 2**22 + 7))
+    client = AdminClient(f"127.0.0.1:{admin.port}", Credentials(TOKEN), timeout_s=10)
+    try:
+        with pytest.raises(ConfigError, match="timeout_s must be 0"):  # the client refuses it by the same rule
+            client.restart(timeout_s=timeout_s)
+        with pytest.raises(grpc.RpcError) as refused:  # and so does the server, whoever sends it
+            client.stub.Restart(pb.RestartRequest(timeout_s=timeout_s), metadata=client.metadata, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "timeout_s must be 0 (the default, 1800 s) or in (0, 14400] seconds, got" in refused.value.details()
+        audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+        assert [(a["rpc"], a["result"]) for a in audit] == [("Restart", "invalid_argument")]
+    finally:
+        client.close()
+        admin.stop()
 
 def test_the_admin_server_wants_both_supervisor_flags(tmp_path, capsys):
     (tmp_path / "ops").write_text(TOKEN)
