@@ -53,9 +53,11 @@ from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
 from dspark.models.drafters.config import target_dimensions, target_field_reader
 from dspark.models.drafters.draft_vocab import DRAFT_VOCAB_FILE, load_draft_vocab
 from dspark.models.errors import CheckpointError, ConfigError
+from dspark.models.jsonl import read_json_file
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+MAX_CONFIG_BYTES = 1 << 20  # a drafter's config.json is about 2 KB
 ARCH_DSPARK = "Qwen3DSparkModel"
 ARCH_DFLASH = "DFlashDraftModel"
 ARCH_EAGLE3 = "LlamaForCausalLMEagle3"
@@ -226,10 +228,8 @@ def read_drafter_config(directory, target_config: Any = None) -> DrafterConfig:
     for path in (config_path, weights_path):
         if not path.is_file():
             raise CheckpointError(f"{path} is missing; a drafter checkpoint holds {CONFIG_FILE} and {WEIGHTS_FILE}")
-    try:
-        raw = json.loads(config_path.read_text())
-    except (ValueError, RecursionError) as err:  # JSON and UTF-8 errors; over-long integers; nesting too deep
-        raise CheckpointError(f"{config_path} is not valid JSON: {str(err)[:200]}") from None
+    raw = read_json_file(config_path, str(config_path), "a drafter config JSON", MAX_CONFIG_BYTES,
+                         error=CheckpointError)
     target_layers = None if target_config is None else target_field_reader(target_config)("num_hidden_layers")
     config = config_from_json(raw, source=str(config_path), target_num_layers=target_layers)
     if target_config is not None:

@@ -1,14 +1,38 @@
-"""JSONL files read as hostile input: a bounded line at a time (a file with no newline is refused at the bound,
-not read whole), UTF-8 checked, and every parse error a ConfigError that names the file and line."""
+"""JSON and JSONL files read as hostile input. A JSONL file is read a bounded line at a time (a file with no
+newline is refused at the bound, not read whole), UTF-8 checked, and every parse error is a ConfigError that names
+the file and line. A whole JSON file (`read_json_file`) must be a regular file under a size bound."""
 from __future__ import annotations
 
 import itertools
 import json
+import os
 from pathlib import Path
 
-from dspark.models.errors import ConfigError
+from dspark.models.errors import ConfigError, DsparkError
 
 MAX_LINE_BYTES = 1 << 20
+
+
+def read_json_file(path: Path | str, where: str, kind: str, max_bytes: int,
+                   error: type[DsparkError] = ConfigError):
+    """The JSON value of a whole file: a regular file (a FIFO or a device would block or never end) of at most
+    max_bytes, UTF-8. Every failure is an `error` naming `where` and what the file is not (`kind`), never the file's
+    contents or the parser's positions: some of these messages are served back to a remote caller."""
+    try:
+        path = Path(path)
+        if not path.is_file():
+            raise error(f"{where} does not exist or is not a file")
+        with path.open("rb") as handle:
+            raw = handle.read(max_bytes + 1)
+    except OSError as err:  # ENAMETOOLONG, EACCES, ...
+        raise error(f"{where} cannot be read: {os.strerror(err.errno) if err.errno else type(err).__name__}"
+                    ) from None
+    if len(raw) > max_bytes:
+        raise error(f"{where} is over {max_bytes} bytes: not {kind}")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as err:  # UTF-8 and JSON errors, over-long integers, nesting too deep
+        raise error(f"{where} is not {kind} ({type(err).__name__})") from None
 
 
 def bounded_lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES):

@@ -22,8 +22,6 @@ paths a live update may name: sps_paths.py).
 """
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -34,8 +32,10 @@ from tqdm import tqdm
 
 from dspark.kernels.sps import SpsTable
 from dspark.models.errors import SHOWN_CHARS, ConfigError, clipped
+from dspark.models.jsonl import read_json_file
 
 MAX_TABLE_BYTES = 1 << 20  # a real table is a few hundred bytes
+KIND = "an SpsCostTable JSON"
 DEFAULT_BATCH_TOKENS = (1, 2, 4, 7, 8, 14, 16, 28, 32, 48, 64, 96, 128, 192, 256)
 MAX_PROBE_CACHED_TOKENS = 1 << 20  # the defaults cache ~15K; every probe's cache is set up before the timed passes
 
@@ -146,23 +146,11 @@ def load_sps(path: Path | str) -> SpsTable:
     the table's rules refuse) is a ConfigError that names the path and the kind of failure but never the file's
     contents or the parser's positions: a live update's refusal is served back to its caller."""
     where = f"SPS table {clipped(str(path), SHOWN_CHARS)}"
+    data = read_json_file(path, where, KIND, MAX_TABLE_BYTES)
     try:
-        path = Path(path)
-        if not path.is_file():  # before opening: a FIFO or a device would block or never end
-            raise ConfigError(f"{where} does not exist or is not a file (write one with `dspark profile-sps`)")
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_TABLE_BYTES + 1)
-        if len(raw) > MAX_TABLE_BYTES:
-            raise ConfigError(f"{where} is over {MAX_TABLE_BYTES} bytes: not an SPS table")
-        data = json.loads(raw.decode("utf-8"))
         fields = data["sample_batch_tokens"], data["sample_steps_per_sec"], data["max_batch_tokens"]
         return SpsTable(tuple(int(t) for t in fields[0]), tuple(float(s) for s in fields[1]), int(fields[2]))
-    except ConfigError:
-        raise
-    except OSError as err:  # ENAMETOOLONG, EACCES, EISDIR, ...
-        raise ConfigError(f"{where} cannot be read: {os.strerror(err.errno) if err.errno else type(err).__name__}"
-                          ) from None
-    except Exception as err:  # UnicodeDecodeError, JSONDecodeError, KeyError, the table's ValueError, ...
-        raise ConfigError(f"{where} is not an SpsCostTable JSON ({type(err).__name__}): UTF-8 JSON with "
+    except Exception as err:  # KeyError, TypeError, the table's ValueError, ...
+        raise ConfigError(f"{where} is not {KIND} ({type(err).__name__}): UTF-8 JSON with "
                           f"sample_batch_tokens (positive, strictly increasing), as many sample_steps_per_sec "
                           f"(finite, > 0) and max_batch_tokens (>= the largest size)") from None

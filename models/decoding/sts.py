@@ -17,11 +17,15 @@ from typing import List
 
 import torch
 
-from dspark.models.errors import ConfigError
 from dspark.models.calibration import CalibrationData, ece_rows, per_position
+from dspark.models.decoding.settings import VerifySettings
+from dspark.models.errors import SHOWN_CHARS, ConfigError, clipped, shown
+from dspark.models.jsonl import read_json_file
 
 # t in [0.25, 5.00] in steps of 0.01 (the paper leaves the grid unspecified).
 DEFAULT_GRID = torch.arange(25, 501, dtype=torch.float64) / 100
+KIND = "a DSparkStsCalibration JSON"
+MAX_STS_BYTES = 1 << 20  # a real one is a few hundred bytes
 
 
 @dataclass(frozen=True)
@@ -41,19 +45,21 @@ class StsCalibration:
 
 def load_sts(path: Path, gamma: int) -> StsCalibration:
     """Read an STS JSON (ours or SGLang's) for a drafter with this gamma; ConfigError names what is wrong."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"STS calibration {path} does not exist (write one with `dspark calibrate`)")
+    where = f"STS calibration {clipped(str(path), SHOWN_CHARS)}"
+    raw = read_json_file(path, where, KIND, MAX_STS_BYTES)
     try:
-        raw = json.loads(path.read_text())
         calibration = StsCalibration(**raw)
-    except (json.JSONDecodeError, TypeError) as error:
-        raise ConfigError(f"STS calibration {path} is not a DSparkStsCalibration JSON: {error}") from None
+    except TypeError as error:  # not an object, or unknown or missing fields
+        raise ConfigError(f"{where} is not {KIND}: {clipped(str(error), SHOWN_CHARS)}") from None
     temps = calibration.temperatures
-    if not isinstance(temps, list) or not temps or not all(isinstance(t, (int, float)) and t > 0 for t in temps):
-        raise ConfigError(f"STS calibration {path}: temperatures must be a non-empty list of numbers > 0, got {temps}")
+    if not isinstance(temps, list) or not all(type(t) in (int, float) for t in temps):
+        raise ConfigError(f"{where}: temperatures must be a list of numbers, got {shown(temps)}")
     if len(temps) != gamma:
-        raise ConfigError(f"STS calibration {path} was fit for gamma={len(temps)}, but the drafter has gamma={gamma}")
+        raise ConfigError(f"{where} was fit for gamma={len(temps)}, but the drafter has gamma={gamma}")
+    try:
+        VerifySettings(sts_temperatures=tuple(temps))  # the live setting's own bounds: finite and > 0
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {error}") from None
     return calibration
 
 

@@ -31,8 +31,10 @@ import torch
 from torch import nn
 
 from dspark.models.errors import CheckpointError
+from dspark.models.jsonl import read_json_file
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"
+MAX_DRAFT_VOCAB_BYTES = 64 << 20  # every id of a 1M-token vocabulary, with room
 
 
 class DraftVocab(nn.Module):
@@ -86,10 +88,11 @@ def load_draft_vocab(directory: Path, vocab_size: int) -> Optional[torch.Tensor]
     path = Path(directory) / DRAFT_VOCAB_FILE
     if not path.exists():
         return None
-    try:
-        ids = json.loads(path.read_text())["token_ids"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
-        raise CheckpointError(f"{path} is not a draft vocabulary ({{\"token_ids\": [...]}}): {str(err)[:200]}") from None
+    kind = 'a draft vocabulary ({"token_ids": [...]})'
+    raw = read_json_file(path, str(path), kind, MAX_DRAFT_VOCAB_BYTES, error=CheckpointError)
+    if not isinstance(raw, dict) or "token_ids" not in raw:
+        raise CheckpointError(f"{path} is not {kind}")
+    ids = raw["token_ids"]
     if not isinstance(ids, list) or not ids or not all(type(i) is int for i in ids):
         raise CheckpointError(f"{path}: token_ids must be a non-empty list of integers")
     if any(b <= a for a, b in zip(ids, ids[1:])) or ids[0] < 0 or ids[-1] >= vocab_size:

@@ -1,5 +1,6 @@
 """STS: fitting recovers a known miscalibration, and the JSON round-trips through SGLang's own schema."""
 import json
+import os
 
 import pytest
 import torch
@@ -68,8 +69,19 @@ def test_json_is_sglang_schema_and_is_validated(tmp_path):
     assert load_sts(path, gamma=3).temperatures == [1.5, 0.9, 2.0]
     with pytest.raises(ConfigError, match="fit for gamma=3, but the drafter has gamma=5"):
         load_sts(path, gamma=5)
-    path.write_text(json.dumps({"temperatures": [1.0, -1.0]}))
-    with pytest.raises(ConfigError, match="must be a non-empty list of numbers > 0"):
-        load_sts(path, gamma=2)
+    for temperatures in ([1.0, -1.0], [1.0, float("inf")], [1.0, float("nan")]):  # JSON takes Infinity and NaN
+        path.write_text(json.dumps({"temperatures": temperatures}))
+        with pytest.raises(ConfigError, match=r"sts\.json: sts_temperatures must be (in \(0, inf\)|a finite number)"):
+            load_sts(path, gamma=2)
+    for content, problem in ((b"\xff\xfe", r"is not a DSparkStsCalibration JSON \(UnicodeDecodeError\)"),
+                             (b"[1, 2]", "is not a DSparkStsCalibration JSON: "),
+                             (b'{"temperatures": "hot"}', "temperatures must be a list of numbers, got"),
+                             (b" " * (2 << 20), "is over 1048576 bytes")):
+        path.write_bytes(content)
+        with pytest.raises(ConfigError, match=problem):
+            load_sts(path, gamma=2)
+    os.mkfifo(tmp_path / "fifo.json")  # reading it would block until a writer came
+    with pytest.raises(ConfigError, match="does not exist or is not a file"):
+        load_sts(tmp_path / "fifo.json", gamma=2)
     with pytest.raises(ConfigError, match="does not exist"):
         load_sts(tmp_path / "missing.json", gamma=2)

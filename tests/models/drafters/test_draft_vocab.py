@@ -1,5 +1,6 @@
 """The draft vocabulary (models/drafters/draft_vocab.py): how it is chosen, stored, refused and applied."""
 import json
+import os
 import re
 
 import pytest
@@ -83,3 +84,9 @@ def test_the_draft_distribution_is_zero_outside_the_vocabulary():
     expected = torch.zeros(1, 1, 10)
     expected[0, 0, [1, 6, 8]] = torch.tensor([0.2, 0.3, 0.5])
     torch.testing.assert_close(block.probs(), expected)
+
+
+def test_a_vocabulary_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path):
+    os.mkfifo(tmp_path / DRAFT_VOCAB_FILE)  # a read would block until a writer came
+    with pytest.raises(CheckpointError, match="draft_vocab.json does not exist or is not a file"):
+        load_draft_vocab(tmp_path, vocab_size=10)
