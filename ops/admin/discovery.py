@@ -32,6 +32,7 @@ from dspark.integration.addresses import http_url, is_loopback, join_host_port, 
 from dspark.models.errors import ConfigError, shown
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+MAX_KUBECONFIG_BYTES = 16 << 20  # a kubeconfig of many clusters, with inline certificates, is well under this
 
 
 def from_list(values: list[str]) -> list[str]:
@@ -94,12 +95,32 @@ def kube_api(kubeconfig: Optional[Path] = None) -> KubeApi:
 
 
 def from_kubeconfig(path: Path) -> KubeApi:
+    """The API server, credentials and namespace of the kubeconfig's current context; a file that is not one this
+    client reads is a ConfigError naming the file and the kind of problem, never its contents (it holds secrets)."""
     import yaml
 
-    if not Path(path).is_file():
+    path = Path(path)
+    if not path.is_file():
         raise ConfigError(f"no kubeconfig at {path} (and not running in a cluster)")
-    config = yaml.safe_load(Path(path).read_text())
-    by_name = lambda kind, name: next((e[kind[:-1]] for e in config.get(kind, []) if e["name"] == name), None)  # noqa: E731
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_KUBECONFIG_BYTES + 1)
+        if len(raw) > MAX_KUBECONFIG_BYTES:
+            raise ConfigError(f"kubeconfig {path} is over {MAX_KUBECONFIG_BYTES} bytes")
+        return current_context_api(yaml.safe_load(raw.decode("utf-8")), path)
+    except (OSError, ssl.SSLError) as err:  # a credential file it names; a certificate ssl refuses
+        raise ConfigError(f"kubeconfig {path}: {shown(str(err))}") from None
+    except KeyError as err:
+        raise ConfigError(f"kubeconfig {path} lacks the field {shown(err.args[0] if err.args else None)} of its "
+                          "current context") from None
+    except (ValueError, yaml.YAMLError, TypeError, AttributeError) as err:  # not UTF-8 YAML of a kubeconfig's shape
+        raise ConfigError(f"kubeconfig {path} is not a kubeconfig this client reads ({type(err).__name__})") from None
+
+
+def current_context_api(config: dict, path: Path) -> KubeApi:
+    def by_name(kind: str, name) -> Optional[dict]:  # kind "contexts": the "context" of the entry named `name`
+        return next((entry[kind[:-1]] for entry in config.get(kind) or [] if entry["name"] == name), None)
+
     context = by_name("contexts", config.get("current-context"))
     if context is None:
         raise ConfigError(f"kubeconfig {path} has no current-context")

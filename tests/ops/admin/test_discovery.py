@@ -2,6 +2,7 @@
 (the API server itself is exercised by the deploy tests); IPv6 addresses; no token in plaintext to the pods an
 EndpointSlice lists."""
 import json
+import re
 
 import pytest
 
@@ -91,3 +92,22 @@ def test_dspark_admin_applies_the_refusal_to_k8s_service_unless_tls_or_insecure(
         assert "10.0.0.7:50051" in json.loads(capsys.readouterr().out)["replicas"][0]["replica"]
     finally:
         api.shutdown()
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"clusters: [\n  - {", "is not a kubeconfig this client reads (ParserError)"),
+    (b"\xff\xfe token: s3cret", "is not a kubeconfig this client reads (UnicodeDecodeError)"),
+    (b"- just\n- a list\n", "is not a kubeconfig this client reads (AttributeError)"),
+    (b"current-context: c\ncontexts: [{name: c, context: {user: u}}]\n", "lacks the field 'cluster'"),
+    (b"current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\nclusters: [{name: k, cluster: {}}]\n",
+     "lacks the field 'server'"),
+    (b"current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\nclusters: [{name: k, cluster: "
+     b"{server: 'https://h', certificate-authority-data: '!!not base64'}}]\n", "(Error)"),
+])
+def test_a_kubeconfig_this_client_cannot_read_is_named_without_its_contents(tmp_path, content, problem):
+    """Each was a traceback from `dspark admin --kubeconfig` (yaml, KeyError, binascii, ...)."""
+    path = tmp_path / "config"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=re.escape(problem)) as refused:
+        discovery.from_kubeconfig(path)
+    assert str(path) in str(refused.value) and "s3cret" not in str(refused.value)
