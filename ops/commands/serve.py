@@ -67,6 +67,7 @@ from dspark.models.cache import cache_root
 from dspark.models.checkpoint import read_drafter_config
 from dspark.models.decoding.settings import VerifySettings
 from dspark.models.decoding.sps_paths import sps_write_dir
+from dspark.models.decoding.sts import load_sts
 from dspark.models.errors import ConfigError
 from dspark.models.target_io import load_target_config
 from dspark.ops.admin.backend import SGLangBackend
@@ -183,6 +184,8 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str],
         state = settings_from_args(args).check_gamma(drafter.gamma)
         if state.sps_table:
             compile_state(state, drafter.gamma)  # loads and checks the table
+        if args.sts is not None:
+            load_sts(args.sts, drafter.gamma)  # SGLang would read it only at start-up, and take inf temperatures
         extra += dspark_args(args.drafter, cpu=cpu, sps_table=state.sps_table, sts=args.sts)
         env.update(dspark_env(state.to_dict()))
     if args.admin_port is not None:

@@ -61,6 +61,8 @@ def test_a_given_sps_table_reaches_sglang_and_the_state(capsys, tmp_path):
     (["--drafter", str(EMBEDDED / "dspark"), "--budget-fraction", "0"], "budget_fraction must be in (0, 1]"),
     (["--drafter", str(EMBEDDED / "dspark"), "--sps-table", "/nonexistent.json"], "does not exist"),
     (["--drafter", "/nonexistent-drafter"], "config.json is missing"),
+    (["--drafter", str(EMBEDDED / "dspark"), "--sts", "/nonexistent-sts.json"],
+     "STS calibration /nonexistent-sts.json does not exist or is not a file"),
 ])
 def test_bad_input_is_one_clear_error_before_anything_starts(capsys, args, problem):
     assert main(BASE + args) == 2
