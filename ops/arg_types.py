@@ -14,7 +14,7 @@ it multiplies every activation, and the vocabulary-wide logits, of the batch) an
 and `--device cuda` on a machine without one failed only after the weights were read).
 
 `output_file` and `output_dir` type the flags a command writes to (--out, --json, --work-dir, ...): a path that is
-not the wrong kind (a directory where a file goes, a file or a FIFO where a directory goes) under a directory this
+not the wrong kind (a directory where a file goes, anything else where a directory goes) under a directory this
 process may write, so a bad path is refused before the minutes of work whose results it was to hold. Commands still
 create the missing folders below that directory.
 
@@ -111,17 +111,19 @@ def _writable_path(text: str, want_dir: bool) -> Path:
     if not text or len(text) > MAX_PATH_CHARS or "\0" in text:
         raise argparse.ArgumentTypeError(f"must be a path of 1 to {MAX_PATH_CHARS} characters, got {text[:80]!r}")
     path = Path(text)
-    if path.exists():
-        if want_dir and not path.is_dir():
-            raise argparse.ArgumentTypeError(f"{text[:200]!r} exists and is not a directory")
-        if not want_dir and not (path.is_file() or path.is_char_device()):  # /dev/stdout and /dev/null are fine
-            raise argparse.ArgumentTypeError(f"{text[:200]!r} exists and is not a regular file")
-        if not os.access(path, os.W_OK):
-            raise argparse.ArgumentTypeError(f"{text[:200]!r} is not writable by this process")
-        return path
-    ancestor = path.absolute().parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
+    try:
+        if path.exists():
+            if want_dir != path.is_dir():
+                raise argparse.ArgumentTypeError(f"{text[:200]!r} exists and is {'not ' if want_dir else ''}a "
+                                                 "directory")
+            if not os.access(path, os.W_OK):
+                raise argparse.ArgumentTypeError(f"{text[:200]!r} is not writable by this process")
+            return path
+        ancestor = path.absolute().parent
+        while not ancestor.exists():
+            ancestor = ancestor.parent
+    except OSError as err:  # a component over 255 bytes, a folder this process may not search, ...
+        raise argparse.ArgumentTypeError(f"{text[:200]!r} cannot be used: {os.strerror(err.errno)}") from None
     if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"{text[:200]!r} cannot be created: {str(ancestor)[:200]!r} is not a "
                                          "directory this process may write")
@@ -129,8 +131,8 @@ def _writable_path(text: str, want_dir: bool) -> Path:
 
 
 def output_file(text: str) -> Path:
-    """An argparse type: a regular file (or a character device such as /dev/stdout) to write or append to, or a
-    path where one can be created."""
+    """An argparse type: a file to write or append to (a regular file, or /dev/stdout, a pipe, ...: anything but a
+    directory), or a path where one can be created."""
     return _writable_path(text, want_dir=False)
 
 

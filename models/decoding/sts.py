@@ -11,7 +11,7 @@ The JSON is SGLang 0.5.23's `DSparkStsCalibration` (`--speculative-dspark-confid
 SGLang applies sigmoid(c_k / t_k), as DraftBlock.confidence does with these temperatures.
 """
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import List
 
@@ -47,10 +47,10 @@ def load_sts(path: Path, gamma: int) -> StsCalibration:
     """Read an STS JSON (ours or SGLang's) for a drafter with this gamma; ConfigError names what is wrong."""
     where = f"STS calibration {clipped(str(path), SHOWN_CHARS)}"
     raw = read_json_file(path, where, KIND, MAX_STS_BYTES)
-    try:
-        calibration = StsCalibration(**raw)
-    except TypeError as error:  # not an object, or unknown or missing fields
-        raise ConfigError(f"{where} is not {KIND}: {clipped(str(error), SHOWN_CHARS)}") from None
+    if not isinstance(raw, dict) or "temperatures" not in raw:
+        raise ConfigError(f"{where} is not {KIND}: an object with \"temperatures\"")
+    # other fields are ignored, as SGLang's loader ignores them
+    calibration = StsCalibration(**{f.name: raw[f.name] for f in fields(StsCalibration) if f.name in raw})
     temps = calibration.temperatures
     if not isinstance(temps, list) or not all(type(t) in (int, float) for t in temps):
         raise ConfigError(f"{where}: temperatures must be a list of numbers, got {shown(temps)}")
@@ -76,7 +76,6 @@ def fit_sts(data: CalibrationData, grid: torch.Tensor = DEFAULT_GRID) -> torch.T
             temperatures[k] = grid[int(ece_rows(candidates, labels[rows, k]).argmin())]
         prefix = prefix * torch.sigmoid(logits[:, k] / temperatures[k])
     return temperatures
-
 
 
 def calibrate(fit_data: CalibrationData, test_data: CalibrationData, dataset: str) -> StsCalibration:

@@ -275,7 +275,8 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     # So are its samples (tokenized), and data too small for one global batch is refused before the models load.
     file_samples = (file_dataset(job, conversations, tokenizer, corpus.held_out_percent, eos_id)
                     if conversations is not None else None)
-    check_fills_a_batch(len(file_samples) if file_samples is not None else job.data.num_samples, job.train, dist)
+    if not job.only_draft_vocab:  # which never trains
+        check_fills_a_batch(len(file_samples) if file_samples is not None else job.data.num_samples, job.train, dist)
     sharded = job.shard_target and dist.world_size > 1  # every forward of the target is then a collective
     target, drafter = target_and_drafter(job, config, dist, sharded)
     fingerprint = target_fingerprint(job.target_dir)

@@ -85,7 +85,7 @@ class AdminClient:
         return self._call(self.stub.Calibrate, request)
 
     def restart(self, timeout_s: float = 0.0) -> pb.RestartResponse:
-        """Blocks until the replica serves again (timeout_s 0: the server's default, DEFAULT_RESTART_TIMEOUT_S)."""
+        """Blocks until the replica serves again (timeout_s 0: DEFAULT_RESTART_TIMEOUT_S)."""
         wait = restart_timeout(timeout_s)  # a wait the server would refuse is refused here, by the same rule
         return self._call(self.stub.Restart, pb.RestartRequest(timeout_s=wait), timeout=wait + 30.0)
 

@@ -108,7 +108,7 @@ def from_kubeconfig(path: Path) -> KubeApi:
         if len(raw) > MAX_KUBECONFIG_BYTES:
             raise ConfigError(f"kubeconfig {path} is over {MAX_KUBECONFIG_BYTES} bytes")
         return current_context_api(yaml.safe_load(raw.decode("utf-8")), path)
-    except (OSError, ssl.SSLError) as err:  # a credential file it names; a certificate ssl refuses
+    except OSError as err:  # a credential file it names; a certificate ssl refuses (ssl.SSLError is one)
         raise ConfigError(f"kubeconfig {path}: {shown(str(err))}") from None
     except KeyError as err:
         raise ConfigError(f"kubeconfig {path} lacks the field {shown(err.args[0] if err.args else None)} of its "

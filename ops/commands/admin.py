@@ -30,7 +30,7 @@ from dspark.ops.admin.client import AdminClient, Credentials
 from dspark.ops.admin.convert import message_to_settings
 from dspark.ops.admin.fleet import describe, fleet_update, in_parallel, rolling_restart
 from dspark.ops.admin.security import read_secret
-from dspark.ops.admin.restart import MAX_RESTART_TIMEOUT_S
+from dspark.ops.admin.restart import DEFAULT_RESTART_TIMEOUT_S, MAX_RESTART_TIMEOUT_S
 from dspark.ops.admin.streams import INTERVAL_MAX_S, INTERVAL_MIN_S
 from dspark.ops.arg_types import float_in, int_in
 from dspark.ops.commands.settings_args import add_settings_patch_args, settings_patch
@@ -71,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              help="--from-traffic: measured rounds the live window must hold (default 256)")
         if action == "restart":
             sub.add_argument("--restart-timeout", type=float_in(0, MAX_RESTART_TIMEOUT_S), default=0.0,
-                             help="seconds each replica gets to serve again (default 1800)")
+                             help=f"seconds each replica gets to serve again (0: {DEFAULT_RESTART_TIMEOUT_S:g})")
         sub.set_defaults(func=run)
 
 

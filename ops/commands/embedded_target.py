@@ -45,6 +45,7 @@ TRAIN_OPTIONS = {
     "eval-every": ("eval_every", int_in(0, 10**9), "steps between quick held-out checks (0: none)"),
 }
 
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "embedded-target",

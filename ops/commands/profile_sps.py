@@ -23,10 +23,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("profile-sps", help="measure target forwards/s per verify batch size",
                                    description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=Path, required=True, help="transformers model directory of the target")
-    parser.add_argument("--out", type=output_file, required=True, help="SPS table JSON to write (plot: same name, .png)")
+    parser.add_argument("--out", type=output_file, required=True,
+                        help="SPS table JSON to write (plot: same name, .png)")
     parser.add_argument("--batch-tokens", type=int_in(1, 1 << 16), nargs="+", default=list(DEFAULT_BATCH_TOKENS),
                         help="probe sizes: tokens per verify forward")
-    parser.add_argument("--tokens-per-request", type=int_in(1, 1024), default=7, help="gamma + 1: how probes split into requests")
+    parser.add_argument("--tokens-per-request", type=int_in(1, 1024), default=7,
+                        help="gamma + 1: how probes split into requests")
     parser.add_argument("--context-len", type=int_in(1, 1 << 20), default=128, help="cached tokens per request")
     parser.add_argument("--warmup", type=int_in(0, 1000), default=2)
     parser.add_argument("--repeats", type=int_in(1, 1000), default=5)

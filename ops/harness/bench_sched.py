@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
                             config=GenerationConfig(args.max_new_tokens, sampling, target.eos_token_ids),
                             seed=args.seed, repeats=args.repeats)
     args.out.mkdir(parents=True, exist_ok=True)
-    sps = given_sps or profiled_sps(target.model, settings, gamma, args.out)
+    sps = given_sps if given_sps is not None else profiled_sps(target.model, settings, gamma, args.out)
     chosen = policies(sps, gamma, args.threshold)
     measured, traces = measure_load(target.model, drafter, prompts, chosen, settings, drafting=args.drafting)
     if args.simulate_to and traces is None:

@@ -75,7 +75,6 @@ def test_corpus_rejects_a_bad_percent_or_an_empty_split(tmp_path):
         load_corpus(tmp_path / "json", held_out_percent=5)
 
 
-
 def test_corpus_skips_a_fifo_named_like_a_module(tmp_path):
     """Reading a FIFO blocks until a writer comes: `--stdlib` at a folder holding one hung."""
     root = make_stdlib(tmp_path, INCLUDED)
@@ -94,6 +93,7 @@ def test_corpus_refuses_a_root_far_bigger_than_a_stdlib(tmp_path, monkeypatch):
     monkeypatch.setattr(corpus_module, "MAX_CORPUS_FILES", 5)
     with pytest.raises(ConfigError, match="holds over 5 .py files"):
         load_corpus(root)
+
 
 @pytest.fixture(scope="module")
 def small_tokenizer():

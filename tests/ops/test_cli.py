@@ -1,4 +1,5 @@
 """`dspark --version` (ops/cli.py): what a bug report needs, answered without loading any command."""
+import importlib.metadata
 import subprocess
 import sys
 
@@ -11,8 +12,9 @@ def test_version_names_dspark_and_the_stack_it_runs_on(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0
-    line = capsys.readouterr().out.strip()
-    assert line.startswith("dspark 0.1.0, sglang 0.5.23, torch ") and ", transformers " in line
+    expected = ", ".join(f"{name} {importlib.metadata.version(name)}"
+                         for name in ("dspark", "sglang", "torch", "transformers"))
+    assert capsys.readouterr().out.strip() == expected
 
 
 def test_version_loads_no_command():

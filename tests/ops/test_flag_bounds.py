@@ -1,10 +1,12 @@
 """Every flag is bounded where argparse parses it (ops/arg_types.py), and every key or token file is read with a
 bound (ops/admin/security.read_secret): a value out of range is refused naming the flag, the bound and the value,
 before any model loads or any server starts."""
+import argparse
 import os
 
 import pytest
 
+from dspark.ops.arg_types import output_dir, output_file
 from dspark.ops.cli import main
 
 from tests.paths import EMBEDDED, EMBEDDED_TARGET
@@ -131,7 +133,7 @@ def test_an_output_path_of_the_wrong_kind_is_refused_by_argparse(tmp_path, capsy
     with pytest.raises(SystemExit) as refused:
         main(command + [flag, str(wrong)])
     assert refused.value.code == 2
-    expected = "is not a regular file" if kind == "file" else "is not a directory"
+    expected = "is a directory" if kind == "file" else "is not a directory"
     assert f"argument {flag}: {str(wrong)!r} exists and {expected}" in capsys.readouterr().err
 
 
@@ -143,11 +145,17 @@ def test_an_output_path_under_a_file_is_refused_by_argparse(tmp_path, capsys):
     assert f"cannot be created: {str(blocker)!r} is not a directory this process may write" in capsys.readouterr().err
 
 
-def test_an_output_file_may_be_a_character_device_or_new_under_missing_folders(tmp_path):
-    from dspark.ops.arg_types import output_dir, output_file
-    assert str(output_file("/dev/null")) == "/dev/null"
-    assert output_file(str(tmp_path / "a" / "b" / "c.json")) == tmp_path / "a" / "b" / "c.json"
+def test_an_output_file_may_be_a_device_a_pipe_or_new_under_missing_folders(tmp_path):
+    """`--json /dev/stdout | jq` hands the command a pipe: as valid a place to write as a file."""
+    os.mkfifo(tmp_path / "pipe")
+    for valid in ("/dev/null", str(tmp_path / "pipe"), str(tmp_path / "a" / "b" / "c.json")):
+        assert str(output_file(valid)) == valid
     assert output_dir(str(tmp_path)) == tmp_path
+
+
+def test_an_output_path_the_file_system_refuses_is_an_argparse_error_not_a_traceback(tmp_path):
+    with pytest.raises(argparse.ArgumentTypeError, match="cannot be used: File name too long"):
+        output_file(str(tmp_path / ("x" * 300) / "out.json"))
 
 
 def no_weights(*args, **kwargs):

@@ -80,6 +80,8 @@ def test_json_is_sglang_schema_and_is_validated(tmp_path):
         path.write_bytes(content)
         with pytest.raises(ConfigError, match=problem):
             load_sts(path, gamma=2)
+    path.write_text(json.dumps({"temperatures": [1.5, 0.5], "fitted_by": "sglang"}))  # SGLang ignores extra fields
+    assert load_sts(path, gamma=2).temperatures == [1.5, 0.5]
     os.mkfifo(tmp_path / "fifo.json")  # reading it would block until a writer came
     with pytest.raises(ConfigError, match="does not exist or is not a file"):
         load_sts(tmp_path / "fifo.json", gamma=2)

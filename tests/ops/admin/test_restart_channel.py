@@ -85,7 +85,6 @@ def test_restart_refusals_name_the_problem_and_are_audited(tmp_path, supervised,
         admin.stop()
 
 
-
 @pytest.mark.parametrize("timeout_s", [-1.0, 1e300, float("inf"), float("nan")])
 def test_a_restart_wait_out_of_bounds_is_refused_and_audited(tmp_path, timeout_s):
     """An unbounded wait held one of the admin server's worker threads until the server stopped."""
@@ -103,6 +102,7 @@ def test_a_restart_wait_out_of_bounds_is_refused_and_audited(tmp_path, timeout_s
     finally:
         client.close()
         admin.stop()
+
 
 def test_the_admin_server_wants_both_supervisor_flags(tmp_path, capsys):
     (tmp_path / "ops").write_text(TOKEN)
