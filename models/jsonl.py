@@ -14,14 +14,15 @@ MAX_LINE_BYTES = 1 << 20
 
 
 def read_json_file(path: Path | str, where: str, kind: str, max_bytes: int,
-                   error: type[DsparkError] = ConfigError):
+                   error: type[DsparkError] = ConfigError, how_to_make: str = ""):
     """The JSON value of a whole file: a regular file (a FIFO or a device would block or never end) of at most
     max_bytes, UTF-8. Every failure is an `error` naming `where` and what the file is not (`kind`), never the file's
-    contents or the parser's positions: some of these messages are served back to a remote caller."""
+    contents or the parser's positions: some of these messages are served back to a remote caller. A missing file's
+    message ends with `how_to_make` (e.g. the command that writes one)."""
     try:
         path = Path(path)
         if not path.is_file():
-            raise error(f"{where} does not exist or is not a file")
+            raise error(f"{where} does not exist or is not a file{f' ({how_to_make})' if how_to_make else ''}")
         with path.open("rb") as handle:
             raw = handle.read(max_bytes + 1)
     except OSError as err:  # ENAMETOOLONG, EACCES, ...

@@ -146,7 +146,7 @@ def load_sps(path: Path | str) -> SpsTable:
     the table's rules refuse) is a ConfigError that names the path and the kind of failure but never the file's
     contents or the parser's positions: a live update's refusal is served back to its caller."""
     where = f"SPS table {clipped(str(path), SHOWN_CHARS)}"
-    data = read_json_file(path, where, KIND, MAX_TABLE_BYTES)
+    data = read_json_file(path, where, KIND, MAX_TABLE_BYTES, how_to_make="write one with `dspark profile-sps`")
     try:
         fields = data["sample_batch_tokens"], data["sample_steps_per_sec"], data["max_batch_tokens"]
         return SpsTable(tuple(int(t) for t in fields[0]), tuple(float(s) for s in fields[1]), int(fields[2]))

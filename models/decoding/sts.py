@@ -46,7 +46,7 @@ class StsCalibration:
 def load_sts(path: Path, gamma: int) -> StsCalibration:
     """Read an STS JSON (ours or SGLang's) for a drafter with this gamma; ConfigError names what is wrong."""
     where = f"STS calibration {clipped(str(path), SHOWN_CHARS)}"
-    raw = read_json_file(path, where, KIND, MAX_STS_BYTES)
+    raw = read_json_file(path, where, KIND, MAX_STS_BYTES, how_to_make="write one with `dspark calibrate`")
     if not isinstance(raw, dict) or "temperatures" not in raw:
         raise ConfigError(f"{where} is not {KIND}: an object with \"temperatures\"")
     # other fields are ignored, as SGLang's loader ignores them

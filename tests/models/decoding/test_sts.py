@@ -85,5 +85,5 @@ def test_json_is_sglang_schema_and_is_validated(tmp_path):
     os.mkfifo(tmp_path / "fifo.json")  # reading it would block until a writer came
     with pytest.raises(ConfigError, match="does not exist or is not a file"):
         load_sts(tmp_path / "fifo.json", gamma=2)
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(ConfigError, match=r"does not exist or is not a file \(write one with `dspark calibrate`\)"):
         load_sts(tmp_path / "missing.json", gamma=2)
