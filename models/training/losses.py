@@ -118,19 +118,27 @@ def position_weights(eval_mask: torch.Tensor, decay: float) -> torch.Tensor:
     return eval_mask.float() * torch.exp(-k / decay)
 
 
-def total_variation_l1(draft_logits: torch.Tensor, target_logits: torch.Tensor,
-                       vocab_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """‖softmax(draft) − softmax(target)‖₁ over the last dim, in fp32 (in [0, 2]).
-
-    draft_logits: [..., vocab], or [..., V'] over the tokens vocab_ids [V'] (the draft distribution is then 0
-    elsewhere); target_logits: [..., vocab]. Returns [...]. Gradient flows into draft_logits only.
-    """
-    p_d = torch.softmax(draft_logits.float(), dim=-1)
-    p_t = torch.softmax(target_logits.detach().float(), dim=-1)
+def target_probabilities(target_logits: torch.Tensor,
+                         vocab_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """p_t = softmax(target_logits) over the full vocabulary, in fp32 -> (p_t at the columns vocab_ids [V'] (all
+    columns without it), the mass p_t puts outside them). target_logits: [..., vocab]; returns ([..., V'], [...])."""
+    logits = target_logits.detach().float()
     if vocab_ids is None:
-        return (p_d - p_t).abs().sum(dim=-1)
-    inside = p_t[..., vocab_ids]
-    return (p_d - inside).abs().sum(dim=-1) + (1.0 - inside.sum(dim=-1)).clamp(min=0.0)
+        return torch.softmax(logits, dim=-1), logits.new_zeros(logits.shape[:-1])
+    inside = (logits[..., vocab_ids] - torch.logsumexp(logits, dim=-1, keepdim=True)).exp()
+    return inside, (1.0 - inside.sum(dim=-1)).clamp(min=0.0)
+
+
+def total_variation_l1(draft_logits: torch.Tensor, target_probs: torch.Tensor,
+                       outside_mass: torch.Tensor | None = None) -> torch.Tensor:
+    """‖softmax(draft) − p_t‖₁ over the last dim, in fp32 (in [0, 2]).
+
+    draft_logits: [..., V'] over the columns target_probs [..., V'] covers (target_probabilities); the draft
+    distribution is 0 elsewhere, where p_t has outside_mass [...] (default none). Returns [...]. Gradient flows into
+    draft_logits only.
+    """
+    l1 = (torch.softmax(draft_logits.float(), dim=-1) - target_probs).abs().sum(dim=-1)
+    return l1 if outside_mass is None else l1 + outside_mass
 
 
 def acceptance_label(l1: torch.Tensor) -> torch.Tensor:
@@ -143,15 +151,18 @@ def block_loss(
     labels: torch.Tensor,  # [bs, n_anchors, gamma] long
     eval_mask: torch.Tensor,  # [bs, n_anchors, gamma] bool
     weights: BlockLossWeights,
-    target_logits: torch.Tensor | None = None,  # [bs, n_anchors, gamma, vocab]
+    target_logits: torch.Tensor | None = None,  # [bs, n_anchors, gamma, vocab], or [rows, vocab] with target_rows
     confidence_logits: torch.Tensor | None = None,  # [bs, n_anchors, gamma]
     weight_total: torch.Tensor | None = None,  # [] Σw over all ranks
     vocab_ids: torch.Tensor | None = None,  # [V'] sorted: the draft vocabulary the draft logits cover
+    target_rows: torch.Tensor | None = None,  # [bs, n_anchors, gamma] long: each slot's row of target_logits
 ) -> LossTerms:
     """DSpark / DFlash loss (module docstring). Only supervised slots are evaluated.
 
     target_logits is required when weights.tv or weights.conf is non-zero; confidence_logits when weights.conf is.
     When target_logits is given, the diagnostic c* statistics are logged even if tv and conf are not trained.
+    With target_rows, target_logits holds the distinct positions' logits once: a block's slots overlap the next
+    blocks', so the vocabulary-wide softmax runs once a position, and only the V' columns are spread over slots.
     """
     if (weights.tv > 0 or weights.conf > 0) and target_logits is None:
         raise ValueError("block_loss: weights.tv/conf > 0 need target_logits")
@@ -166,7 +177,10 @@ def block_loss(
     w = w_full[sel]  # [m]
     # The supervised rows are picked once: each vocabulary-wide pick is a copy, and a scatter back in backward.
     draft = draft_logits[sel].float()  # [m, vocab or V']
-    label = target_logits[sel].argmax(dim=-1) if greedy else labels[sel]
+    if target_logits is not None:  # [rows, vocab], and each supervised slot's row of it [m]
+        slot_row = torch.arange(len(w), device=w.device) if target_rows is None else target_rows[sel]
+        target_logits = target_logits[sel] if target_rows is None else target_logits  # [rows, vocab]
+    label = target_logits.argmax(dim=-1)[slot_row] if greedy else labels[sel]
     greedy_accept = None
     if greedy:  # 1[the drafter's argmax, as a token id, is the target's]
         proposed = draft.argmax(dim=-1)
@@ -181,7 +195,8 @@ def block_loss(
     total = weights.ce * l_ce
     terms = {"ce": l_ce.item()}
     if target_logits is not None:
-        l1 = total_variation_l1(draft, target_logits[sel], vocab_ids)  # [m]
+        inside, outside = target_probabilities(target_logits, vocab_ids)
+        l1 = total_variation_l1(draft, inside[slot_row], outside[slot_row])  # [m]
         c_star = acceptance_label(l1) if greedy_accept is None else greedy_accept
         l_tv = (w * l1).sum() / norm
         terms["tv"] = l_tv.item()
@@ -229,14 +244,14 @@ def eagle3_loss(
     for k, rows in enumerate(step_logits):
         b, t = valid[k].nonzero(as_tuple=True)
         # The target distribution for step k at position t sits at position t+k+1.
-        shifted = target_logits[b, t + k + 1].detach().float()
+        p_t = torch.softmax(target_logits[b, t + k + 1].detach().float(), -1)
         draft = rows.float()
-        soft_ce = -(torch.softmax(shifted, -1) * torch.log_softmax(draft, -1)).sum(-1)
+        soft_ce = -(p_t * torch.log_softmax(draft, -1)).sum(-1)
         step_loss = soft_ce.sum() / norm
         total = total + (step_decay**k) * step_loss
         terms[f"step{k}"] = step_loss.item()
         if k == 0:
             with torch.no_grad():
-                terms["accept"] = (acceptance_label(total_variation_l1(draft, shifted)).sum() / norm).item()
+                terms["accept"] = (acceptance_label(total_variation_l1(draft, p_t)).sum() / norm).item()
     terms["loss"] = total.item()
     return LossTerms(total=total, terms=terms)

@@ -38,15 +38,20 @@ class TargetOutputs:
     lm_head: torch.nn.Module  # the target's frozen output embedding
 
     @torch.no_grad()
-    def logits(self, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """The target's next-token logits at every position ([bs, seq, vocab]) or at `positions` [bs, m] ([bs, m,
-        vocab]). The rows are picked before the head: a vocabulary-wide row is 85x a hidden row (SmolLM2), and a
-        block loss reads fewer positions than the sequence holds."""
-        rows = self.last_hidden
-        if positions is not None:
-            rows = torch.gather(rows, 1, positions.unsqueeze(-1).expand(-1, -1, rows.shape[-1]))
-        return self.lm_head(rows)
+    def logits(self) -> torch.Tensor:
+        """The target's next-token logits at every position: [bs, seq, vocab]."""
+        return self.lm_head(self.last_hidden)
 
+    @torch.no_grad()
+    def distinct_logits(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logits at `positions` [bs, m], each distinct (sequence, position) once -> ([rows, vocab] logits,
+        [bs, m] each position's row). The rows are picked before the head: a vocabulary-wide row is 85x a hidden
+        row (SmolLM2), and a block loss's slots read each response position about n_anchors·gamma/response
+        times."""
+        bs, seq, hidden = self.last_hidden.shape
+        flat = positions + torch.arange(bs, device=positions.device).unsqueeze(-1) * seq
+        distinct, row = torch.unique(flat, return_inverse=True)
+        return self.lm_head(self.last_hidden.reshape(bs * seq, hidden)[distinct]), row
 
 @torch.no_grad()
 def target_outputs(target: torch.nn.Module, batch: TokenDataset, layer_ids: tuple[int, ...]) -> TargetOutputs:
@@ -86,17 +91,19 @@ class BlockTask:
         out = model(target_hidden=target.hidden, input_ids=batch.input_ids, anchors=blocks.anchors,
                     block_keep=blocks.block_keep, vocab_ids=vocab_ids)
         bs, n, gamma = blocks.labels.shape
-        slot_logits = target.logits(blocks.positions.clamp(max=batch.input_ids.shape[1] - 1).view(bs, n * gamma))
+        rows, slot_rows = target.distinct_logits(
+            blocks.positions.clamp(max=batch.input_ids.shape[1] - 1).view(bs, n * gamma))
         weight_total = reduce(position_weights(blocks.eval_mask, self.weights.decay).sum())
         return block_loss(
             out.draft_logits,
             blocks.labels,
             blocks.eval_mask,
             self.weights,
-            target_logits=slot_logits.view(bs, n, gamma, -1),
+            target_logits=rows,
             confidence_logits=out.confidence_logits,
             weight_total=weight_total,
             vocab_ids=vocab_ids,
+            target_rows=slot_rows.view(bs, n, gamma),
         )
 
 

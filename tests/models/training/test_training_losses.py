@@ -248,3 +248,20 @@ def test_greedy_loss_follows_the_targets_argmax_not_the_data():
 def test_unknown_label_source_refused():
     with pytest.raises(ConfigError, match="loss labels must be one of data, target_argmax, got 'argmin'"):
         BlockLossWeights(labels="argmin")
+
+
+@pytest.mark.parametrize("weights", [DSPARK_LOSS, DSPARK_GREEDY_LOSS])
+@pytest.mark.parametrize("vocab_ids", [None, torch.tensor([0, 2, 3, 5, 8, 11])])
+def test_target_rows_shared_by_slots_give_the_per_slot_loss(weights, vocab_ids):
+    """Slots that read one target position share its row (target_rows): the loss, its terms and its gradient are
+    those of the same logits copied to every slot."""
+    draft, _, labels, eval_mask, conf = _random_block_case()
+    draft = (draft if vocab_ids is None else draft[..., vocab_ids]).detach().requires_grad_()
+    rows = torch.randn(5, 12, generator=torch.Generator().manual_seed(3)) * 2
+    target_rows = torch.randint(0, 5, labels.shape, generator=torch.Generator().manual_seed(4))
+    shared = block_loss(draft, labels, eval_mask, weights, rows, conf, vocab_ids=vocab_ids, target_rows=target_rows)
+    (grad_shared,) = torch.autograd.grad(shared.total, draft)
+    copied = block_loss(draft, labels, eval_mask, weights, rows[target_rows], conf, vocab_ids=vocab_ids)
+    (grad_copied,) = torch.autograd.grad(copied.total, draft)
+    assert shared.terms == pytest.approx(copied.terms, rel=1e-6)
+    assert torch.allclose(grad_shared, grad_copied, atol=1e-7)
