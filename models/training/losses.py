@@ -224,27 +224,42 @@ def eagle3_valid_mask(loss_mask: torch.Tensor, ttt_steps: int) -> torch.Tensor:
     return torch.stack([known & padded[:, k + 2 : k + 2 + seq] for k in range(ttt_steps)])
 
 
+def eagle3_target_positions(valid: torch.Tensor) -> list[torch.Tensor]:
+    """Where each step reads the target: step k at position t reads t+k+1 -> ttt_steps x [m_k] indices into the
+    flattened [bs·seq] positions, in the row-major order of valid[k] ([ttt_steps, bs, seq], eagle3_valid_mask)."""
+    seq = valid.shape[-1]
+    reads = []
+    for k in range(valid.shape[0]):
+        b, t = valid[k].nonzero(as_tuple=True)
+        reads.append(b * seq + t + k + 1)
+    return reads
+
+
 def eagle3_loss(
     step_logits: Sequence[torch.Tensor],  # ttt_steps x [m_k, vocab]: step k at the positions valid_k marks
-    target_logits: torch.Tensor,  # [bs, seq, vocab], the target's logits at every position
+    target_logits: torch.Tensor,  # [bs, seq, vocab] at every position, or [rows, vocab] with target_rows
     loss_mask: torch.Tensor,  # [bs, seq]
     step_decay: float = EAGLE3_STEP_DECAY,
     weight_total: torch.Tensor | None = None,  # [] Σ valid_0 over all ranks
+    target_rows: Sequence[torch.Tensor] | None = None,  # ttt_steps x [m_k]: the row of target_logits step k reads
 ) -> LossTerms:
     """Eagle3 test-time-training loss: Σ_k step_decay^k · soft-CE(step k vs target at t+k+1) (module docstring).
 
     Entry k of step_logits holds step k's logits at the positions eagle3_valid_mask(loss_mask)[k] marks, in
-    row-major order (Eagle3.forward_train with `scored`): only those rows are ever computed.
+    row-major order (Eagle3.forward_train with `scored`): only those rows are ever computed. Without target_rows
+    they read eagle3_target_positions of target_logits' every position; with them, target_logits holds each
+    position the steps read once (step k at t reads what step k+1 reads at t-1), and its softmax runs once a row.
     """
     ttt_steps = len(step_logits)
     valid = eagle3_valid_mask(loss_mask, ttt_steps)
+    if target_rows is None:
+        target_logits, target_rows = target_logits.flatten(0, 1), eagle3_target_positions(valid)
     norm = (valid[0].sum().float() if weight_total is None else weight_total) + NORM_EPS
-    total = target_logits.new_zeros((), dtype=torch.float32)
+    target_probs = torch.softmax(target_logits.detach().float(), -1)
+    total = target_probs.new_zeros(())
     terms: dict[str, float] = {}
     for k, rows in enumerate(step_logits):
-        b, t = valid[k].nonzero(as_tuple=True)
-        # The target distribution for step k at position t sits at position t+k+1.
-        p_t = torch.softmax(target_logits[b, t + k + 1].detach().float(), -1)
+        p_t = target_probs[target_rows[k]]
         draft = rows.float()
         soft_ce = -(p_t * torch.log_softmax(draft, -1)).sum(-1)
         step_loss = soft_ce.sum() / norm

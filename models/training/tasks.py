@@ -24,6 +24,7 @@ from dspark.models.training.losses import (
     LossTerms,
     block_loss,
     eagle3_loss,
+    eagle3_target_positions,
     eagle3_valid_mask,
     position_weights,
 )
@@ -44,14 +45,12 @@ class TargetOutputs:
 
     @torch.no_grad()
     def distinct_logits(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The logits at `positions` [bs, m], each distinct (sequence, position) once -> ([rows, vocab] logits,
-        [bs, m] each position's row). The rows are picked before the head: a vocabulary-wide row is 85x a hidden
-        row (SmolLM2), and a block loss's slots read each response position about n_anchors·gamma/response
-        times."""
-        bs, seq, hidden = self.last_hidden.shape
-        flat = positions + torch.arange(bs, device=positions.device).unsqueeze(-1) * seq
-        distinct, row = torch.unique(flat, return_inverse=True)
-        return self.lm_head(self.last_hidden.reshape(bs * seq, hidden)[distinct]), row
+        """The logits at `positions` (indices into the flattened [bs·seq] positions, any shape), each distinct one
+        once -> ([rows, vocab] logits, each position's row, shaped as `positions`). The rows are picked before the
+        head: a vocabulary-wide row is 85x a hidden row (SmolLM2), and a loss reads each response position several
+        times (block slots overlap; Eagle3's steps read their neighbours' positions)."""
+        distinct, row = torch.unique(positions, return_inverse=True)
+        return self.lm_head(self.last_hidden.flatten(0, 1)[distinct]), row
 
 @torch.no_grad()
 def target_outputs(target: torch.nn.Module, batch: TokenDataset, layer_ids: tuple[int, ...]) -> TargetOutputs:
@@ -90,9 +89,9 @@ class BlockTask:
         vocab_ids = None if self.vocab_ids is None else self.vocab_ids.to(batch.input_ids.device)
         out = model(target_hidden=target.hidden, input_ids=batch.input_ids, anchors=blocks.anchors,
                     block_keep=blocks.block_keep, vocab_ids=vocab_ids)
-        bs, n, gamma = blocks.labels.shape
-        rows, slot_rows = target.distinct_logits(
-            blocks.positions.clamp(max=batch.input_ids.shape[1] - 1).view(bs, n * gamma))
+        bs, seq = batch.input_ids.shape
+        sequence_start = torch.arange(bs, device=blocks.positions.device).view(bs, 1, 1) * seq
+        rows, slot_rows = target.distinct_logits(blocks.positions.clamp(max=seq - 1) + sequence_start)
         weight_total = reduce(position_weights(blocks.eval_mask, self.weights.decay).sum())
         return block_loss(
             out.draft_logits,
@@ -103,7 +102,7 @@ class BlockTask:
             confidence_logits=out.confidence_logits,
             weight_total=weight_total,
             vocab_ids=vocab_ids,
-            target_rows=slot_rows.view(bs, n, gamma),
+            target_rows=slot_rows,
         )
 
 
@@ -115,12 +114,16 @@ class Eagle3Task:
     ttt_steps: int
 
     def loss(self, model, batch, target, generator, reduce) -> LossTerms:
+        scored = eagle3_valid_mask(batch.loss_mask, self.ttt_steps)
         step_logits = model(
             target_hidden=target.hidden,
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,
             ttt_steps=self.ttt_steps,
-            scored=eagle3_valid_mask(batch.loss_mask, self.ttt_steps),
+            scored=scored,
         )
-        weight_total = reduce(eagle3_valid_mask(batch.loss_mask, 1)[0].sum().float())
-        return eagle3_loss(step_logits, target.logits(), batch.loss_mask, weight_total=weight_total)
+        reads = eagle3_target_positions(scored)
+        rows, read_rows = target.distinct_logits(torch.cat(reads))
+        weight_total = reduce(scored[0].sum().float())
+        return eagle3_loss(step_logits, rows, batch.loss_mask, weight_total=weight_total,
+                           target_rows=read_rows.split([len(r) for r in reads]))

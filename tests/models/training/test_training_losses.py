@@ -13,6 +13,7 @@ from dspark.models.training.losses import (
     BlockLossWeights,
     block_loss,
     eagle3_loss,
+    eagle3_target_positions,
     eagle3_valid_mask,
     position_weights,
 )
@@ -265,3 +266,19 @@ def test_target_rows_shared_by_slots_give_the_per_slot_loss(weights, vocab_ids):
     (grad_copied,) = torch.autograd.grad(copied.total, draft)
     assert shared.terms == pytest.approx(copied.terms, rel=1e-6)
     assert torch.allclose(grad_shared, grad_copied, atol=1e-7)
+
+
+def test_eagle3_target_rows_read_once_give_the_every_position_loss():
+    """Steps that read one target position share its row: the same loss as target logits at every position."""
+    g = torch.Generator().manual_seed(5)
+    target = torch.randn(2, 7, 9, generator=g)
+    loss_mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 0, 0]])
+    step_logits = scored_rows(torch.randn(3, 2, 7, 9, generator=g), loss_mask)
+    reads = eagle3_target_positions(eagle3_valid_mask(loss_mask, 3))
+    distinct, row = torch.unique(torch.cat(reads), return_inverse=True)
+    assert len(distinct) < sum(len(r) for r in reads), "the steps share positions"
+
+    shared = eagle3_loss(step_logits, target.flatten(0, 1)[distinct], loss_mask,
+                         target_rows=row.split([len(r) for r in reads]))
+
+    assert shared.terms == pytest.approx(eagle3_loss(step_logits, target, loss_mask).terms, rel=1e-6)
