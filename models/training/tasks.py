@@ -52,6 +52,7 @@ class TargetOutputs:
         distinct, row = torch.unique(positions, return_inverse=True)
         return self.lm_head(self.last_hidden.flatten(0, 1)[distinct]), row
 
+
 @torch.no_grad()
 def target_outputs(target: torch.nn.Module, batch: TokenDataset, layer_ids: tuple[int, ...]) -> TargetOutputs:
     """One frozen target forward over the batch: tapped features and the last post-norm hidden state."""
