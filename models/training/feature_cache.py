@@ -8,8 +8,8 @@ and backward:
 
 - hidden [seq, n_taps*hidden] a sample: the tapped layer outputs (TargetOutputs.hidden);
 - last_hidden [seq, hidden] a sample: the post-final-norm hidden; the logits are lm_head(last_hidden), recomputed
-  per micro-batch at the positions the loss reads (TargetOutputs.logits), because the full-vocabulary logits would
-  need vocab/hidden = 85x the space (SmolLM2).
+  per micro-batch at the positions the loss reads, each once (TargetOutputs.distinct_logits), because the
+  full-vocabulary logits would need vocab/hidden = 85x the space (SmolLM2).
 
 Positions past a sample's attention mask (right padding) hold zeros: no anchor or context of a block drafter
 reaches them and the Eagle3 loss masks them out, so they are never read as data.

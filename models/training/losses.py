@@ -129,7 +129,7 @@ def target_probabilities(target_logits: torch.Tensor,
     return inside, (1.0 - inside.sum(dim=-1)).clamp(min=0.0)
 
 
-def total_variation_l1(draft_logits: torch.Tensor, target_probs: torch.Tensor,
+def total_variation_l1(draft_logits: torch.Tensor, target_probs: torch.Tensor, *,
                        outside_mass: torch.Tensor | None = None) -> torch.Tensor:
     """‖softmax(draft) − p_t‖₁ over the last dim, in fp32 (in [0, 2]).
 
@@ -196,7 +196,7 @@ def block_loss(
     terms = {"ce": l_ce.item()}
     if target_logits is not None:
         inside, outside = target_probabilities(target_logits, vocab_ids)
-        l1 = total_variation_l1(draft, inside[slot_row], outside[slot_row])  # [m]
+        l1 = total_variation_l1(draft, inside[slot_row], outside_mass=outside[slot_row])  # [m]
         c_star = acceptance_label(l1) if greedy_accept is None else greedy_accept
         l_tv = (w * l1).sum() / norm
         terms["tv"] = l_tv.item()
