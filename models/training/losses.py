@@ -177,9 +177,11 @@ def block_loss(
     w = w_full[sel]  # [m]
     # The supervised rows are picked once: each vocabulary-wide pick is a copy, and a scatter back in backward.
     draft = draft_logits[sel].float()  # [m, vocab or V']
-    if target_logits is not None:  # [rows, vocab], and each supervised slot's row of it [m]
-        slot_row = torch.arange(len(w), device=w.device) if target_rows is None else target_rows[sel]
-        target_logits = target_logits[sel] if target_rows is None else target_logits  # [rows, vocab]
+    if target_logits is not None:  # -> [rows, vocab], and each supervised slot's row of it [m]
+        if target_rows is None:
+            target_logits, slot_row = target_logits[sel], torch.arange(len(w), device=w.device)
+        else:
+            slot_row = target_rows[sel]
     label = target_logits.argmax(dim=-1)[slot_row] if greedy else labels[sel]
     greedy_accept = None
     if greedy:  # 1[the drafter's argmax, as a token id, is the target's]
