@@ -24,12 +24,14 @@ from pathlib import Path
 
 import grpc
 
+from dspark.integration.refit import MIN_SAMPLES_MAX
 from dspark.models.errors import ConfigError
 from dspark.ops.admin import discovery
 from dspark.ops.admin.client import AdminClient, Credentials
 from dspark.ops.admin.convert import message_to_settings
 from dspark.ops.admin.fleet import describe, fleet_update, in_parallel, rolling_restart
 from dspark.ops.admin.security import read_secret
+from dspark.ops.admin.service import DEFAULT_CALIBRATION_SAMPLES, DEFAULT_SPS_SAMPLES
 from dspark.ops.admin.restart import DEFAULT_RESTART_TIMEOUT_S, MAX_RESTART_TIMEOUT_S
 from dspark.ops.admin.streams import INTERVAL_MAX_S, INTERVAL_MIN_S
 from dspark.ops.arg_types import float_in, int_in
@@ -62,13 +64,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             sub.add_argument("--to-version", type=int_in(0, 2**63 - 1), default=None,
                              help="default: the previous version")
         if action == "calibrate":
-            sub.add_argument("--min-samples", type=int_in(0, 1 << 20), default=0,
-                             help="labelled request-rounds the live window must hold (default 64)")
+            sub.add_argument("--min-samples", type=int_in(0, MIN_SAMPLES_MAX["refit_sts"]), default=0,
+                             help="labelled request-rounds the live window must hold "
+                                  f"(0: the default, {DEFAULT_CALIBRATION_SAMPLES})")
         if action == "profile-sps":
             sub.add_argument("--from-traffic", action="store_true",
                              help="fit the table to the round times measured on live traffic instead of profiling")
-            sub.add_argument("--min-samples", type=int_in(0, 1 << 20), default=0,
-                             help="--from-traffic: measured rounds the live window must hold (default 256)")
+            sub.add_argument("--min-samples", type=int_in(0, MIN_SAMPLES_MAX["refit_sps"]), default=0,
+                             help="--from-traffic: measured rounds the live window must hold "
+                                  f"(0: the default, {DEFAULT_SPS_SAMPLES})")
         if action == "restart":
             sub.add_argument("--restart-timeout", type=float_in(0, MAX_RESTART_TIMEOUT_S), default=0.0,
                              help=f"seconds each replica gets to serve again (0: {DEFAULT_RESTART_TIMEOUT_S:g})")

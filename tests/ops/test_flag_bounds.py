@@ -47,6 +47,8 @@ MODELS = ["--target", str(EMBEDDED_TARGET), "--drafter", str(EMBEDDED / "dspark"
     (["admin", "watch", "--replica", "h:1"], "--timeout", "0", "[0.1, 3600]"),
     (["admin", "restart", "--replica", "h:1"], "--restart-timeout", "1e9", "[0, 14400]"),
     (["admin", "set", "--replica", "h:1"], "--canary", "-1", "[0, 10000]"),
+    (["admin", "calibrate", "--replica", "h:1"], "--min-samples", "4097", "[0, 4096]"),  # the live windows' sizes
+    (["admin", "profile-sps", "--replica", "h:1", "--from-traffic"], "--min-samples", "2049", "[0, 2048]"),
     (["bench-trace", *MODELS, "--prompts-file", "p"], "--repeats", "0", "[1, 1000]"),
     (["profile-sps", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--repeats", "0", "[1, 1000]"),
 ])
