@@ -31,7 +31,10 @@ tokens, so their W2 rows are never read or trained; their W1 rows are read only 
 outside the vocabulary, which then gets no Markov bias (`load_drafter` scatters the rows back with zeros elsewhere).
 On the demo's answers that left acceptance unchanged at every position
 (bench/results/retired-drafters/smollm2-dspark-chat-vocab/README.md). SGLang reads weights by shape, so
-`sglang_checkpoint` writes the full-row copy it serves.
+`sglang_checkpoint` writes the full-row copy it serves. A compact Eagle3 is SGLang's own draft-vocabulary layout
+instead, served as it is: config.json's draft_vocab_size = V', lm_head.weight holds the V' rows of the target's
+head it drafts with, and `d2t` [V'] maps draft index i to token i + d2t[i] (SGLang's hot_token_id). Loading takes
+the rest of the head from the target and checks d2t against draft_vocab.json.
 
 `load_drafter(path, target_config, target_model=None)` refuses, with a CheckpointError naming each mismatch, a
 checkpoint that is malformed or does not fit the target: hidden size, vocab size, target layer count and ids (out
@@ -64,6 +67,7 @@ ARCH_EAGLE3 = "LlamaForCausalLMEagle3"
 DEFAULT_EAGLE3_GAMMA = 7  # the reference's TTT horizon, for Eagle3 checkpoints that do not record block_size
 FROZEN_WEIGHTS = ("embed_tokens.weight", "lm_head.weight")  # copies of the target's, optional in a checkpoint
 DRAFT_VOCAB_ROWS = ("markov_head.markov_w1.weight", "markov_head.markov_w2.weight")  # [vocab, rank]; compact: [V', rank]
+D2T = "d2t"  # a compact Eagle3's [V'] offsets: draft index i is token i + d2t[i] (SGLang's name)
 
 
 def architecture(config: DrafterConfig) -> str:
@@ -74,8 +78,10 @@ def architecture(config: DrafterConfig) -> str:
     return ARCH_DSPARK
 
 
-def config_to_json(config: DrafterConfig, dtype: torch.dtype, frozen: bool = True) -> dict:
-    """The config.json of a drafter (see module docstring); frozen=False: for a slim checkpoint."""
+def config_to_json(config: DrafterConfig, dtype: torch.dtype, frozen: bool = True,
+                   draft_vocab_size: Optional[int] = None) -> dict:
+    """The config.json of a drafter (see module docstring); frozen=False: for a slim checkpoint; draft_vocab_size:
+    for a compact Eagle3's."""
     arch = architecture(config)
     out = {
         "architectures": [arch],
@@ -101,8 +107,8 @@ def config_to_json(config: DrafterConfig, dtype: torch.dtype, frozen: bool = Tru
         out.update(mlp_bias=False, target_hidden_size=config.hidden_size, block_size=config.block_size,
                    eagle_config={"eagle_aux_hidden_state_layer_ids": list(config.target_layer_ids),
                                  "use_aux_hidden_state": True})
-        # Own full-vocab head in the file; null makes SGLang take the target's lm_head.
-        out["draft_vocab_size"] = config.vocab_size if frozen else None
+        # Own full-vocab head in the file; null makes SGLang take the target's lm_head; V': the compact rows.
+        out["draft_vocab_size"] = draft_vocab_size or (config.vocab_size if frozen else None)
         return out
     out.update(
         layer_types=["full_attention"] * config.num_hidden_layers,
@@ -207,11 +213,17 @@ def save_drafter(drafter: Drafter, directory, *, frozen: bool = True,
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    config = config_to_json(drafter.config, drafter.dtype, frozen=frozen)
+    eagle3_compact = draft_vocab is not None and drafter.config.kind == "eagle3"
+    config = config_to_json(drafter.config, drafter.dtype, frozen=frozen,
+                            draft_vocab_size=len(draft_vocab) if eagle3_compact else None)
     (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     tensors = {name: t.detach().cpu() for name, t in drafter.state_dict().items()
                if frozen or name not in FROZEN_WEIGHTS}
-    if draft_vocab is not None:
+    if eagle3_compact:
+        token_ids = draft_vocab.cpu()
+        tensors.update({"lm_head.weight": drafter.lm_head.weight.detach().cpu()[token_ids],
+                        D2T: token_ids - torch.arange(len(token_ids))})
+    elif draft_vocab is not None:
         tensors.update({name: tensors[name][draft_vocab.cpu()] for name in DRAFT_VOCAB_ROWS if name in tensors})
     save_file({name: t.contiguous() for name, t in tensors.items()}, str(directory / WEIGHTS_FILE),
               metadata={"format": "pt"})
@@ -256,7 +268,12 @@ def load_drafter(directory, target_config: Any = None, *, target_model: Optional
     stored = next((t.dtype for t in tensors.values() if t.is_floating_point()), None)
     if stored is None:
         raise CheckpointError(f"{weights_path} holds no floating-point tensor: not a drafter's weights")
+    draft_head = _eagle3_draft_head(tensors, Path(directory), config.vocab_size)
     tensors = _with_frozen_weights(tensors, target_model, str(weights_path))
+    if draft_head is not None:  # a compact Eagle3: its own rows over the target's head
+        token_ids, rows = draft_head
+        head = tensors["lm_head.weight"]
+        tensors["lm_head.weight"] = head.clone().index_copy_(0, token_ids.to(head.device), rows.to(head))
     tensors = _with_all_vocab_rows(tensors, Path(directory), config.vocab_size)
     drafter = DRAFTER_CLASSES[config.kind](config)
     _check_weights(drafter, tensors, str(weights_path))
@@ -269,7 +286,7 @@ def stores_frozen_weights(directory) -> bool:
     path = Path(directory) / WEIGHTS_FILE
     try:
         with safe_open(str(path), framework="pt") as handle:
-            return all(name in handle.keys() for name in FROZEN_WEIGHTS)
+            return D2T not in handle.keys() and all(name in handle.keys() for name in FROZEN_WEIGHTS)
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{path} cannot be read as safetensors: {err}") from err
 
@@ -285,6 +302,25 @@ def _with_frozen_weights(tensors: dict, target_model: Optional[torch.nn.Module],
     shared = {"embed_tokens.weight": target_model.get_input_embeddings().weight,
               "lm_head.weight": target_model.get_output_embeddings().weight}
     return {**tensors, **{name: shared[name].detach() for name in missing}}
+
+
+def _eagle3_draft_head(tensors: dict, directory: Path, vocab_size: int) -> Optional[tuple]:
+    """A compact Eagle3's (token ids [V'], lm_head rows [V', d]), both taken out of `tensors` (module docstring);
+    None for any other checkpoint. d2t must name the tokens of draft_vocab.json, which dspark's engine drafts
+    among, so that it drafts exactly what SGLang does."""
+    if D2T not in tensors:
+        return None
+    source = directory / WEIGHTS_FILE
+    offsets, rows = tensors.pop(D2T), tensors.pop("lm_head.weight", None)
+    listed = load_draft_vocab(directory, vocab_size)
+    token_ids = offsets.long() + torch.arange(len(offsets), device=offsets.device)
+    if rows is None or rows.shape[0] != len(token_ids):
+        found = "none" if rows is None else f"{rows.shape[0]} rows"
+        raise CheckpointError(f"{source}: {D2T} names {len(token_ids)} draft tokens but lm_head.weight holds {found}")
+    if listed is None or not torch.equal(listed.to(token_ids.device), token_ids):
+        raise CheckpointError(f"{source}: {D2T} names {len(token_ids)} draft tokens, and {DRAFT_VOCAB_FILE} beside it "
+                              f"{'is missing' if listed is None else 'lists others'}; re-save the drafter")
+    return token_ids, rows
 
 
 def _with_all_vocab_rows(tensors: dict, directory: Path, vocab_size: int) -> dict:

@@ -66,7 +66,9 @@ common=(--target "$target" --prompt-len 256 --response-len 96 --block-size 6 --t
         --mask-token-id 0 --init-from-target --n-anchors 48 --batch-size 4 --lr 1e-3
         --feature-cache "$cache/train-features" --eval-samples 32 --checkpoint-every 50 --log-every 10 --slim
         --threads 2 --resume)
-block=(--loss-over-draft-vocab)  # the block drafters' loss over their draft vocabulary; Eagle3's TTT loss has none
+# Every drafter's logits and loss over its draft vocabulary (Eagle3's committed 14K and 126K runs predate its
+# --loss-over-draft-vocab and trained over the full vocabulary).
+draft_vocab=(--loss-over-draft-vocab)
 
 # Greedy decoding, as `make demo` decodes (and so the acceptance it needs is comparable), every draft verified.
 eval_args=(--target "$target" --datasets "$eval_prompts/mt-bench.jsonl" --limit "$eval_limit" --max-new-tokens 96
@@ -85,7 +87,8 @@ steps_for() { echo $(( $1 * epochs / 4 > 0 ? $1 * epochs / 4 : 1 )); }  # steps_
 
 for tokens in "${sizes[@]}"; do
     n=$(subset "$work/replies.jsonl" "$tokens" "$work/replies-$tokens.jsonl")
-    train_and_eval "dspark-$tokens" "$work/replies-$tokens.jsonl" "$(steps_for "$n")" --drafter dspark "${block[@]}"
+    train_and_eval "dspark-$tokens" "$work/replies-$tokens.jsonl" "$(steps_for "$n")" --drafter dspark \
+        "${draft_vocab[@]}"
 done
 
 # 3. At GREEDY_LOSS_AT reply tokens (default the smallest size), the greedy-matched loss (--loss greedy) on the
@@ -95,16 +98,16 @@ done
 greedy_at=${GREEDY_LOSS_AT:-${sizes[0]}}
 n=$(subset "$work/replies.jsonl" "$greedy_at" "$work/replies-$greedy_at.jsonl")
 train_and_eval "dspark-greedy-loss-$greedy_at" "$work/replies-$greedy_at.jsonl" "$(steps_for "$n")" --drafter dspark \
-    "${block[@]}" --loss greedy
+    "${draft_vocab[@]}" --loss greedy
 read -r -a compare_sizes <<< "${COMPARE_AT:-14000 126000}"
 for compare in "${compare_sizes[@]}"; do
     n=$(subset "$work/replies.jsonl" "$compare" "$work/replies-$compare.jsonl")
     minutes=$("$python" -c "import json,sys; print(json.load(open(sys.argv[1]))['wall_s'] / 60)" \
         "$results/dspark-$compare.train_log.json")
     train_and_eval "dflash-$compare" "$work/replies-$compare.jsonl" "$(( $(steps_for "$n") * 10 ))" --drafter dflash \
-        "${block[@]}" --num-layers 2 --minutes "$minutes"
+        "${draft_vocab[@]}" --num-layers 2 --minutes "$minutes"
     train_and_eval "eagle3-$compare" "$work/replies-$compare.jsonl" "$(( $(steps_for "$n") * 10 ))" --drafter eagle3 \
-        --num-layers 1 --minutes "$minutes"
+        "${draft_vocab[@]}" --num-layers 1 --minutes "$minutes"
 done
 
 # 4. The demo's drafter on the same prompts, for scale.

@@ -129,6 +129,14 @@ class Drafter(nn.Module, ABC):
         markov = getattr(self, "markov_head", None)
         return (self.lm_head,) if markov is None else (self.lm_head, markov.markov_w2)
 
+    def head_logits(self, hidden: torch.Tensor, vocab_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Training's logits of normed hidden rows [..., d] -> [..., vocab], or [..., V'] over the tokens vocab_ids
+        ([V'] sorted): the head's rows are picked first, so neither the product nor its backward spans the
+        vocabulary (losses.py, "Draft vocabulary")."""
+        if vocab_ids is None:
+            return self.lm_head(hidden)
+        return nn.functional.linear(hidden, self.lm_head.weight[vocab_ids])
+
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Drafting's vocabulary logits of normed hidden rows [..., d] -> [..., vocab], or [..., V'] restricted."""
         return (self.lm_head if self.draft_vocab is None else self.draft_vocab.head)(hidden)

@@ -20,7 +20,6 @@ Module and parameter names equal SGLang 0.5.23's checkpoint names (fc, hidden_no
 from typing import List, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from dspark.kernels import warping
@@ -129,7 +128,7 @@ class BlockDrafter(Drafter):
                          vocab_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         # hidden: [..., gamma, hidden]; prev_tokens: [..., gamma] (anchor first) -> [..., gamma, vocab], or
         # [..., gamma, V'] over the tokens vocab_ids [V']
-        base = self.lm_head(hidden) if vocab_ids is None else F.linear(hidden, self.lm_head.weight[vocab_ids])
+        base = self.head_logits(hidden, vocab_ids)
         return base if self.markov_head is None else self.markov_head.block_logits(base, hidden, prev_tokens, vocab_ids)
 
     def confidence_logits(self, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> Optional[torch.Tensor]:

@@ -4,7 +4,7 @@ One step reads a pair (hidden h, token x) at RoPE position t:
     attn_in = [input_layernorm(embed(x)) ; hidden_norm(h)]          (2*hidden wide, into q/k/v projections)
     h' = h + o_proj(attention(attn_in))                              (the residual is h, not attn_in)
     h' = h' + mlp(post_attention_layernorm(h'))
-    logits = lm_head(norm(h'))                                       (own trainable norm, frozen full-vocab head)
+    logits = lm_head(norm(h'))                                       (own trainable norm, the target's frozen head)
 The first step of a position takes h = fc(concat of the target_layer_ids hidden states) (no norm after fc);
 pairing the target feature at t with token t+1 predicts token t+2. Later chain steps take h = the previous
 step's output h' (pre-norm). Attention is Llama-style (no q/k norm), causal over the draft's KV cache.
@@ -82,13 +82,14 @@ class Eagle3(Drafter):
     def cache_layers(self) -> int:
         return 1
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.norm(hidden))
+    def logits(self, hidden: torch.Tensor, vocab_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self.head_logits(self.norm(hidden), vocab_ids)
 
     # --- training ---
 
     def forward_train(self, target_hidden: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      ttt_steps: int, scored: Optional[torch.Tensor] = None) -> torch.Tensor | list[torch.Tensor]:
+                      ttt_steps: int, scored: Optional[torch.Tensor] = None,
+                      vocab_ids: Optional[torch.Tensor] = None) -> torch.Tensor | list[torch.Tensor]:
         """Logits of every unrolled TTT step.
 
         target_hidden: [bs, seq, n_taps*hidden]; input_ids, attention_mask: [bs, seq].
@@ -96,7 +97,7 @@ class Eagle3(Drafter):
         past the sequence: mask it in the loss). scored: [ttt_steps, bs, seq] bool, the positions the loss reads;
         when given, returns a list whose entry k is [scored[k].sum(), vocab], step k's logits at those positions in
         row-major order: the lm_head and the vocabulary-wide tensors dominate a training step, and a response fills
-        about a third of a sequence.
+        about a third of a sequence. vocab_ids ([V'] sorted): the logits cover only that draft vocabulary ([..., V']).
         """
         bs, seq = input_ids.shape
         t = torch.arange(seq, device=input_ids.device)
@@ -110,7 +111,7 @@ class Eagle3(Drafter):
             values.append(value)
             visible = ttt_visibility(attention_mask.bool(), k)
             hidden = self.midlayer.finish(hidden, attend(q, torch.cat(keys, 2), torch.cat(values, 2), visible))
-            step_logits.append(self.logits(hidden if scored is None else hidden[scored[k]]))
+            step_logits.append(self.logits(hidden if scored is None else hidden[scored[k]], vocab_ids))
         return torch.stack(step_logits) if scored is None else step_logits
 
     # --- drafting ---

@@ -23,7 +23,8 @@ it). The L1 stays the full one, since q is 0 outside V':
     ‖q − p_t‖₁ = Σ_{v∈V'} |q_v − p_t(v)| + Σ_{v∉V'} p_t(v)        p_t normalised over the full vocabulary
 
 so c* is still the acceptance rate verification will see. A slot whose label lies outside V' has no CE term (q
-cannot propose it) but keeps its TV and confidence terms.
+cannot propose it) but keeps its TV and confidence terms. Eagle3's soft CE (below) likewise runs over V' only:
+-Σ_{v∈V'} p_t(v) · log q(v), the target's mass outside V' having no draft term to train.
 
 Greedy-matched (`dspark train --loss greedy`). Greedy verification accepts draft k exactly when the drafter's
 argmax equals the target's, a_k = argmax p_t at the slot, so that is what this loss trains (the LK-style choice of
@@ -244,6 +245,7 @@ def eagle3_loss(
     step_decay: float = EAGLE3_STEP_DECAY,
     weight_total: torch.Tensor | None = None,  # [] Σ valid_0 over all ranks
     target_rows: Sequence[torch.Tensor] | None = None,  # ttt_steps x [m_k]: the row of target_logits step k reads
+    vocab_ids: torch.Tensor | None = None,  # [V'] sorted: the draft vocabulary the step logits cover
 ) -> LossTerms:
     """Eagle3 test-time-training loss: Σ_k step_decay^k · soft-CE(step k vs target at t+k+1) (module docstring).
 
@@ -251,13 +253,14 @@ def eagle3_loss(
     row-major order (Eagle3.forward_train with `scored`): only those rows are ever computed. Without target_rows
     they read eagle3_target_positions of target_logits' every position; with them, target_logits holds each
     position the steps read once (step k at t reads what step k+1 reads at t-1), and its softmax runs once a row.
+    With vocab_ids the soft CE runs over those columns of p_t (module docstring, "Draft vocabulary").
     """
     ttt_steps = len(step_logits)
     valid = eagle3_valid_mask(loss_mask, ttt_steps)
     if target_rows is None:
         target_logits, target_rows = target_logits.flatten(0, 1), eagle3_target_positions(valid)
     norm = (valid[0].sum().float() if weight_total is None else weight_total) + NORM_EPS
-    target_probs = torch.softmax(target_logits.detach().float(), -1)
+    target_probs, outside = target_probabilities(target_logits, vocab_ids)
     total = target_probs.new_zeros(())
     terms: dict[str, float] = {}
     for k, rows in enumerate(step_logits):
@@ -269,6 +272,7 @@ def eagle3_loss(
         terms[f"step{k}"] = step_loss.item()
         if k == 0:
             with torch.no_grad():
-                terms["accept"] = (acceptance_label(total_variation_l1(draft, p_t)).sum() / norm).item()
+                l1 = total_variation_l1(draft, p_t, outside_mass=outside[target_rows[k]])
+                terms["accept"] = (acceptance_label(l1).sum() / norm).item()
     terms["loss"] = total.item()
     return LossTerms(total=total, terms=terms)

@@ -112,11 +112,11 @@ BLOCK_LOSSES = {  # --loss: (DSpark's weights, DFlash's weights), losses.py
 
 def build_task(config: DrafterConfig, n_anchors: int, vocab_ids: torch.Tensor | None = None,
                loss: str = "sampling") -> TrainTask:
-    """The drafter's training task; vocab_ids ([V'] sorted) restricts a block drafter's loss to that draft
-    vocabulary, and `loss` picks the sampling-matched or the greedy-matched loss (losses.py)."""
+    """The drafter's training task; vocab_ids ([V'] sorted) restricts its logits and loss to that draft
+    vocabulary, and `loss` picks a block drafter's sampling-matched or greedy-matched loss (losses.py)."""
     if config.kind == "eagle3":
-        assert vocab_ids is None and loss == "sampling", "TrainJob refuses these options for Eagle3"
-        return Eagle3Task(config.target_layer_ids, config.block_size)
+        assert loss == "sampling", "TrainJob refuses --loss greedy for Eagle3"
+        return Eagle3Task(config.target_layer_ids, config.block_size, vocab_ids)
     dspark_weights, dflash_weights = BLOCK_LOSSES[loss]
     weights = dspark_weights if config.kind == "dspark" else dflash_weights
     if config.kind == "dspark" and not config.enable_confidence_head:
@@ -152,7 +152,7 @@ class TrainJob:
     init_from_target: bool = False  # start from the target's top layers (target_init.py), not a random init
     init_from_drafter: Path | None = None  # start from this trained drafter's weights (drafter_init.py)
     draft_vocab_size: int = 8192  # draft_vocab.json: this many of the trained tokens, the most frequent
-    loss_over_draft_vocab: bool = False  # block drafters: logits and loss over draft_vocab.json only (losses.py)
+    loss_over_draft_vocab: bool = False  # logits and loss over draft_vocab.json only (losses.py)
     only_draft_vocab: bool = False  # write draft_vocab.json from the data and stop (a drafter trained before)
     loss: str = "sampling"  # block drafters: "sampling" (the paper's) or "greedy" (matched to greedy verification)
     command: str = ""
@@ -170,9 +170,6 @@ class TrainJob:
         if self.eval_every < 0 or (self.eval_every and not self.eval_samples):
             raise ConfigError(f"--eval-every must be >= 0, and > 0 only with --eval-samples above 0; got "
                               f"{self.eval_every} with --eval-samples {self.eval_samples}")
-        if self.loss_over_draft_vocab and self.spec.kind == "eagle3":
-            raise ConfigError("--loss-over-draft-vocab trains the block drafters (dspark, dflash); Eagle3's "
-                              "test-time-training loss runs over the full vocabulary")
         if self.loss not in BLOCK_LOSSES:
             raise ConfigError(f"--loss must be one of {', '.join(BLOCK_LOSSES)}, got {self.loss!r}")
         if self.loss != "sampling" and self.spec.kind == "eagle3":

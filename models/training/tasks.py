@@ -109,22 +109,26 @@ class BlockTask:
 
 @dataclass(frozen=True)
 class Eagle3Task:
-    """Eagle3: a `ttt_steps`-step test-time-training unroll at every position."""
+    """Eagle3: a `ttt_steps`-step test-time-training unroll at every position; with `vocab_ids`, its logits and
+    soft CE cover only that draft vocabulary."""
 
     target_layer_ids: tuple[int, ...]
     ttt_steps: int
+    vocab_ids: torch.Tensor | None = None  # [V'] sorted token ids
 
     def loss(self, model, batch, target, generator, reduce) -> LossTerms:
         scored = eagle3_valid_mask(batch.loss_mask, self.ttt_steps)
+        vocab_ids = None if self.vocab_ids is None else self.vocab_ids.to(batch.input_ids.device)
         step_logits = model(
             target_hidden=target.hidden,
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,
             ttt_steps=self.ttt_steps,
             scored=scored,
+            vocab_ids=vocab_ids,
         )
         reads = eagle3_target_positions(scored)
         rows, read_rows = target.distinct_logits(torch.cat(reads))
         weight_total = reduce(scored[0].sum().float())
         return eagle3_loss(step_logits, rows, batch.loss_mask, weight_total=weight_total,
-                           target_rows=read_rows.split([len(r) for r in reads]))
+                           target_rows=read_rows.split([len(r) for r in reads]), vocab_ids=vocab_ids)

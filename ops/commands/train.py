@@ -62,9 +62,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "--init-from-drafter, that drafter's vocabulary whole, then the most frequent it lacks "
                          "(models/drafters/draft_vocab.py)")
     io.add_argument("--loss-over-draft-vocab", action="store_true",
-                    help="DSpark/DFlash: compute the drafter's logits and the loss over that draft vocabulary only, "
-                         "exactly as drafting with it proposes (~2x faster steps on SmolLM2; serve the drafter with "
-                         "its draft_vocab.json, which dspark's engine does)")
+                    help="compute the drafter's logits and the loss over that draft vocabulary only, exactly as "
+                         "drafting with it proposes (~2x faster steps on SmolLM2; serve the drafter with its "
+                         "draft_vocab.json, which dspark's engine and plugin do; an Eagle3 exports SGLang's own "
+                         "draft head, d2t)")
     io.add_argument("--loss", choices=tuple(BLOCK_LOSSES), default="sampling",
                     help="DSpark/DFlash: sampling (the paper's CE on the data plus total variation to the target) or "
                          "greedy (CE on the target's argmax, confidence on greedy acceptance: matched to greedy "

@@ -15,7 +15,8 @@ parser and draft class are used). For each case the report records:
 - unconsumed: our weights that map to no SGLang parameter (besides the documented shared embedding/head);
 - numerics: max |SGLang - ours| for pieces SGLang can run without a batch (context projection, K norm +
   RoPE, Markov step bias, confidence head, MLP, Eagle3 q/k);
-- load_lm_head_from_target: Eagle3's flag for taking the target's lm_head (slim checkpoints).
+- load_lm_head_from_target: Eagle3's flag for taking the target's lm_head (slim checkpoints);
+- hot_token_id: the tokens a compact Eagle3's draft indices stand for, as SGLang read them from d2t.
 Cap-accept mode makes SGLang build the DSpark confidence head (the default static mode drops it).
 """
 import json
@@ -26,7 +27,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from dspark.models.checkpoint import load_drafter
+from dspark.models.checkpoint import D2T, load_drafter
 
 # Weights SGLang deliberately does not load for block drafters: it shares the target's embedding and head.
 SHARED_FROM_TARGET = ("embed_tokens.weight", "lm_head.weight")
@@ -81,7 +82,7 @@ def check_weights(kind: str, model, ours: dict) -> dict:
     for name in sorted(ours):
         target, shard = sglang_name(kind, name)
         if target not in params:
-            if not (kind != "eagle3" and name in SHARED_FROM_TARGET):
+            if not (kind != "eagle3" and name in SHARED_FROM_TARGET) and not (kind == "eagle3" and name == D2T):
                 unconsumed.append(name)
             continue
         expected.setdefault(target, {})[shard] = ours[name]
@@ -183,6 +184,9 @@ def probe_case(kind: str, path: Path, numerics: bool) -> dict:
     report.update(check_weights(kind, model, load_file(str(path / "model.safetensors"))))
     # Eagle3: whether SGLang's worker will replace the lm_head with the target's (set_embed_and_head).
     report["load_lm_head_from_target"] = getattr(model, "load_lm_head_from_target", None)
+    # A compact Eagle3: the tokens SGLang's worker maps its draft indices to (d2t read into hot_token_id).
+    hot = getattr(model, "hot_token_id", None)
+    report["hot_token_id"] = None if hot is None else hot.tolist()
     if not numerics:
         return report
     drafter = load_drafter(path)

@@ -1,10 +1,14 @@
 """Compact drafter checkpoints: a drafter trained over its draft vocabulary stores the Markov tables' rows of those
-tokens only; load_drafter scatters them back (zeros elsewhere), and SGLang is handed a full-row copy."""
+tokens only; load_drafter scatters them back (zeros elsewhere), and SGLang is handed a full-row copy. A compact
+Eagle3 is SGLang's own draft-vocabulary layout (lm_head rows and d2t), served as it is."""
+import json
+
 import pytest
 import torch
 from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
-from dspark.models.checkpoint import (DRAFT_VOCAB_ROWS, is_compact, load_drafter, save_drafter, sglang_checkpoint,
+from dspark.models.checkpoint import (D2T, DRAFT_VOCAB_ROWS, is_compact, load_drafter, save_drafter, sglang_checkpoint,
                                       stores_frozen_weights)
 from dspark.models.drafters.draft_vocab import save_draft_vocab
 from dspark.models.errors import CheckpointError
@@ -66,3 +70,55 @@ def test_sglang_gets_a_full_row_copy_once_and_full_checkpoints_as_they_are(tiny_
         assert torch.equal(tensor, load_drafter(path, target_model=tiny_target).state_dict()[name])
     full = save_drafter(drafter, tmp_path / "full", frozen=False)
     assert sglang_checkpoint(full, tmp_path / "cache") == full
+
+
+@pytest.fixture()
+def eagle3_compact(tiny_target, tmp_path):
+    """(Eagle3 drafter, its draft vocabulary, a slim compact checkpoint of it)."""
+    drafter = make_drafter(tiny_target, "eagle3")
+    vocab = torch.arange(3, drafter.config.vocab_size, 5)
+    path = save_drafter(drafter, tmp_path / "eagle3", frozen=False, draft_vocab=vocab)
+    save_draft_vocab(path, vocab, source="test", counted_tokens=100, coverage=1.0)
+    return drafter, vocab, path
+
+
+def test_a_compact_eagle3_is_sglangs_draft_vocabulary_layout_served_as_it_is(tiny_target, eagle3_compact, tmp_path):
+    drafter, vocab, path = eagle3_compact
+    assert json.loads((path / "config.json").read_text())["draft_vocab_size"] == len(vocab)
+    tensors = load_file(str(path / "model.safetensors"))
+    assert torch.equal(tensors["lm_head.weight"], drafter.lm_head.weight[vocab])
+    assert torch.equal(tensors[D2T] + torch.arange(len(vocab)), vocab)  # SGLang's hot_token_id
+    assert "embed_tokens.weight" not in tensors and not stores_frozen_weights(path)
+    assert sglang_checkpoint(path, tmp_path / "cache") == path
+
+
+def test_a_compact_eagle3_loads_whole_from_the_target(tiny_target, eagle3_compact):
+    drafter, _, path = eagle3_compact
+    loaded = load_drafter(path, target_model=tiny_target).state_dict()
+    assert loaded.keys() == drafter.state_dict().keys()
+    for name, tensor in drafter.state_dict().items():
+        assert torch.equal(loaded[name], tensor), name
+
+
+def test_a_compact_eagle3_keeps_the_head_rows_it_stores(tiny_target, eagle3_compact):
+    """An EAGLE-3 may train its own draft head: its rows, not the target's, draft; the others stay the target's."""
+    _, vocab, path = eagle3_compact
+    tensors = load_file(str(path / "model.safetensors"))
+    tensors["lm_head.weight"] = tensors["lm_head.weight"] + 1.0
+    save_file(tensors, str(path / "model.safetensors"))
+    head = load_drafter(path, target_model=tiny_target).lm_head.weight
+    outside = torch.ones(len(head), dtype=torch.bool)
+    outside[vocab] = False
+    assert torch.equal(head[vocab], tensors["lm_head.weight"])
+    assert torch.equal(head[outside], tiny_target.lm_head.weight[outside])
+
+
+@pytest.mark.parametrize("listed, error", [("others", "lists others"), ("none", "is missing")])
+def test_a_compact_eagle3_whose_d2t_is_not_its_draft_vocabulary_is_refused(tiny_target, eagle3_compact, listed, error):
+    _, vocab, path = eagle3_compact
+    if listed == "none":
+        (path / "draft_vocab.json").unlink()
+    else:
+        save_draft_vocab(path, vocab - 1, source="test", counted_tokens=100, coverage=1.0)
+    with pytest.raises(CheckpointError, match=rf"d2t names {len(vocab)} draft tokens, and draft_vocab.json .*{error}"):
+        load_drafter(path, target_model=tiny_target)

@@ -14,9 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file, save_file
 
 from dspark.models.checkpoint import save_drafter
+from dspark.models.drafters.draft_vocab import save_draft_vocab
 from tests.models.drafters.drafter_helpers import GAMMA, make_drafter
 
 pytestmark = pytest.mark.slow
@@ -32,6 +34,7 @@ CASES = {  # checkpoint -> (our variant, SGLang algorithm family)
 }
 SERVED = list(CASES)
 SLIM = ("dspark_vanilla", "dflash", "eagle3")
+EAGLE3_DRAFT_VOCAB = list(range(3, 64, 5))  # of the tiny target's 64 tokens
 NUMERICS_TOLERANCE = 1e-5
 
 
@@ -50,6 +53,11 @@ def report(tiny_target, tmp_path_factory):
     for name in SLIM:
         save_drafter(make_drafter(tiny_target, CASES[name][0]), work / f"{name}_slim", frozen=False)
         cases[f"{name}_slim"] = {"family": CASES[name][1], "numerics": False}
+    # A compact Eagle3 (trained over a draft vocabulary): SGLang's own layout, its head rows and d2t.
+    compact = save_drafter(make_drafter(tiny_target, "eagle3"), work / "eagle3_draft_vocab", frozen=False,
+                           draft_vocab=torch.tensor(EAGLE3_DRAFT_VOCAB))
+    save_draft_vocab(compact, torch.tensor(EAGLE3_DRAFT_VOCAB), source="test", counted_tokens=1, coverage=1.0)
+    cases["eagle3_draft_vocab"] = {"family": "eagle3", "numerics": False}
     # Negative control: a weight under a name SGLang does not know.
     renamed = work / "dspark_renamed"
     save_drafter(make_drafter(tiny_target, "dspark_vanilla"), renamed)
@@ -113,3 +121,11 @@ def test_sglang_serves_slim_checkpoints_with_the_targets_embedding_and_head(repo
         assert slim["load_lm_head_from_target"] is True and full["load_lm_head_from_target"] is False
     else:  # the block drafters own no embedding / head parameters in SGLang: they attach the target's
         assert slim["unfilled"] == [] and slim["sglang_params"] == full["sglang_params"]
+
+
+def test_sglang_serves_a_compact_eagle3_over_its_draft_vocabulary(report):
+    case = report["eagle3_draft_vocab"]
+    assert case["mismatched"] == [] and case["unconsumed"] == []
+    # the worker's set_embed fills the embedding from the target; the head is the checkpoint's draft rows
+    assert case["unfilled"] == ["model.embed_tokens.weight"] and case["load_lm_head_from_target"] is False
+    assert case["hot_token_id"] == EAGLE3_DRAFT_VOCAB

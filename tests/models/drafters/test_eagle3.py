@@ -93,3 +93,14 @@ def test_scored_positions_get_the_same_logits_and_gradients(tiny_target):
     assert [step.shape[0] for step in part] == scored.flatten(1).sum(1).tolist()
     assert all(torch.allclose(p, f[m], atol=1e-6) for p, f, m in zip(part, full, scored))
     assert torch.allclose(loss_part, loss_full, atol=1e-6) and torch.allclose(grad_part, grad_full, atol=1e-6)
+
+
+def test_draft_vocabulary_logits_are_those_columns_of_the_full_ones(tiny_target):
+    drafter = make_drafter(tiny_target, "eagle3")
+    ids, features = target_sequence(tiny_target, bs=2, seq=10)
+    vocab_ids = torch.tensor([1, 5, 6, 20, 33, 63])
+    with torch.no_grad():
+        full = drafter.forward_train(features, ids, torch.ones(2, 10), ttt_steps=3)
+        restricted = drafter.forward_train(features, ids, torch.ones(2, 10), ttt_steps=3, vocab_ids=vocab_ids)
+    assert restricted.shape == (3, 2, 10, len(vocab_ids))
+    torch.testing.assert_close(restricted, full[..., vocab_ids], atol=1e-5, rtol=1e-5)

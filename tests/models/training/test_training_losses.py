@@ -175,6 +175,34 @@ def test_eagle3_perfect_draft_accepts_everything():
     assert out.total.item() == pytest.approx(((valid0 + 0.8 * valid1) / 4).item(), rel=1e-5)
 
 
+def test_a_draft_vocabulary_of_every_token_is_the_full_eagle3_loss():
+    torch.manual_seed(2)
+    step_logits, target = torch.randn(3, 2, 7, 6), torch.randn(2, 7, 6)
+    loss_mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 0, 0]])
+    full = eagle3_loss(scored_rows(step_logits, loss_mask), target, loss_mask)
+    every = eagle3_loss(scored_rows(step_logits, loss_mask), target, loss_mask, vocab_ids=torch.arange(6))
+    assert every.terms == pytest.approx(full.terms, rel=1e-6)
+
+
+def test_the_eagle3_draft_vocabulary_loss_is_the_soft_ce_over_those_columns():
+    """Step logits over V': soft CE against the full target's probabilities at V' (the mass outside has no draft
+    term), and the acceptance of q scattered into the full vocabulary."""
+    torch.manual_seed(3)
+    vocab_ids = torch.tensor([0, 2, 3, 5])
+    step_logits, target = torch.randn(2, 1, 6, len(vocab_ids)), torch.randn(1, 6, 8) * 2
+    loss_mask = torch.tensor([[0, 1, 1, 1, 1, 1]])
+    out = eagle3_loss(scored_rows(step_logits, loss_mask), target, loss_mask, vocab_ids=vocab_ids)
+
+    p = torch.softmax(target[0], -1)  # [seq, vocab]
+    ce = [-(p[t + k + 1, vocab_ids] * torch.log_softmax(step_logits[k, 0, t], -1)).sum() for k in range(2)
+          for t in range(4 - k)]
+    q0 = torch.zeros(4, 8).index_copy_(-1, vocab_ids, torch.softmax(step_logits[0, 0, :4], -1))
+    accept = (1 - 0.5 * (q0 - p[1:5]).abs().sum(-1)).clamp(0, 1)
+    assert out.terms["step0"] == pytest.approx((sum(ce[:4]) / 4).item(), rel=1e-5)
+    assert out.terms["step1"] == pytest.approx((sum(ce[4:]) / 4).item(), rel=1e-5)
+    assert out.terms["accept"] == pytest.approx((accept.sum() / 4).item(), rel=1e-5)
+
+
 def _random_block_case(vocab=12, seed=0):
     g = torch.Generator().manual_seed(seed)
     draft = torch.randn(2, 3, 4, vocab, generator=g)

@@ -32,7 +32,8 @@ class _FixedDrafter(torch.nn.Module):
         super().__init__()
         self.table = torch.nn.Parameter(torch.randn(64, width, generator=torch.Generator().manual_seed(1)))
 
-    def forward(self, anchors=None, ttt_steps=None, scored=None, **unused):
+    def forward(self, anchors=None, ttt_steps=None, scored=None, vocab_ids=None, **unused):
+        self.vocab_ids = vocab_ids
         if scored is not None:  # Eagle3: ttt_steps x [m_k, vocab]
             return [self.table[(k + scored[k].nonzero()[:, 1]) % 64] for k in range(ttt_steps)]
         gamma = 3
@@ -62,6 +63,7 @@ def test_the_block_task_scores_each_slot_against_the_targets_logits_at_its_own_p
     task = BlockTask((0,), gamma=3, n_anchors=4, weights=DSPARK_LOSS, vocab_ids=vocab_ids)
     drafter = _FixedDrafter(10 if vocab_ids is None else len(vocab_ids))
     loss = task.loss(drafter, batch, outputs, torch.Generator().manual_seed(4), lambda x: x)
+    assert drafter.vocab_ids is vocab_ids or torch.equal(drafter.vocab_ids, vocab_ids)
 
     blocks = sample_blocks(batch.input_ids, batch.loss_mask, 4, 3, torch.Generator().manual_seed(4))
     out = drafter(anchors=blocks.anchors)
@@ -72,13 +74,15 @@ def test_the_block_task_scores_each_slot_against_the_targets_logits_at_its_own_p
     assert loss.terms == pytest.approx(expected.terms, rel=1e-6)
 
 
-def test_the_eagle3_task_scores_step_k_at_t_against_the_targets_logits_at_t_plus_k_plus_1():
+@pytest.mark.parametrize("vocab_ids", [None, torch.tensor([0, 3, 4, 7, 9])])
+def test_the_eagle3_task_scores_step_k_at_t_against_the_targets_logits_at_t_plus_k_plus_1(vocab_ids):
     outputs, batch = _outputs(), _batch()
-    drafter = _FixedDrafter(10)
-    loss = Eagle3Task((0,), ttt_steps=3).loss(drafter, batch, outputs, None, lambda x: x)
+    drafter = _FixedDrafter(10 if vocab_ids is None else len(vocab_ids))
+    loss = Eagle3Task((0,), ttt_steps=3, vocab_ids=vocab_ids).loss(drafter, batch, outputs, None, lambda x: x)
+    assert drafter.vocab_ids is vocab_ids or torch.equal(drafter.vocab_ids, vocab_ids)
 
     scored = eagle3_valid_mask(batch.loss_mask, 3)
     reads = [scored[k].nonzero() @ torch.tensor([12, 1]) + k + 1 for k in range(3)]  # b·seq + t+k+1
     expected = eagle3_loss(drafter(ttt_steps=3, scored=scored), outputs.logits().flatten(0, 1), batch.loss_mask,
-                           target_rows=reads)
+                           target_rows=reads, vocab_ids=vocab_ids)
     assert loss.terms == pytest.approx(expected.terms, rel=1e-6)

@@ -99,7 +99,6 @@ def test_resume_picks_up_the_latest_checkpoint(tiny_setup):
         (["--top-p", "0"], "top_p"),
         (["--steps", "0"], "steps must be >= 1"),
         (["--draft-vocab-size", "0"], "--draft-vocab-size must be >= 1"),
-        (["--drafter", "eagle3", "--loss-over-draft-vocab"], "--loss-over-draft-vocab trains the block drafters"),
         (["--shard-target"], "--shard-target needs --data"),
     ],
 )

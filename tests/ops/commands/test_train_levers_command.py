@@ -1,13 +1,15 @@
 """`dspark train` speed and init levers on a tiny target: --feature-cache, --init-from-target, --init-from-drafter,
 --bf16, --loss-over-draft-vocab, --loss."""
 import json
+import math
 
 import pytest
 import torch
 
 from test_train_command import _args, no_model_before_the_checks, tiny_setup  # noqa: F401  (a module fixture)
 
-from transformers import AutoConfig
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from dspark.models.checkpoint import is_compact, load_drafter
 from dspark.models.drafters.draft_vocab import load_draft_vocab, save_draft_vocab
@@ -104,6 +106,25 @@ def test_loss_over_draft_vocab_trains_only_that_vocabulary(tiny_setup, tmp_path)
     card = (tuned / "README.md").read_text()
     assert "logits and loss over the draft vocabulary only (--loss-over-draft-vocab" in card
     assert "## Held-out check" in card, "the held-out check ran, drafting among the draft vocabulary"
+
+
+def test_eagle3_over_a_draft_vocabulary_exports_sglangs_draft_head(tiny_setup, tmp_path):  # noqa: F811
+    """Eagle3 trains over the draft vocabulary too, and exports SGLang's layout for it: draft_vocab_size, the
+    target's head rows of those tokens and d2t, which load back to the drafter that trained."""
+    root, target_dir, lib = tiny_setup
+    out = tmp_path / "eagle3"
+    assert main(_args(root, target_dir, lib, "eagle3", out, "--loss-over-draft-vocab", "--draft-vocab-size", "24",
+                      "--save-dtype", "float32")) == 0
+    vocab = load_draft_vocab(out, AutoConfig.from_pretrained(str(target_dir)).vocab_size)
+    assert len(vocab) == 24
+    assert json.loads((out / "config.json").read_text())["draft_vocab_size"] == 24
+    tensors = load_file(str(out / "model.safetensors"))
+    target_head = AutoModelForCausalLM.from_pretrained(str(target_dir)).lm_head.weight
+    assert torch.equal(tensors["d2t"] + torch.arange(24), vocab)
+    assert torch.equal(tensors["lm_head.weight"], target_head[vocab].detach())
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["job"]["loss_over_draft_vocab"] and math.isfinite(log["history"][-1]["loss"])
+    assert "logits and loss over the draft vocabulary only" in (out / "README.md").read_text()
 
 
 def test_greedy_loss_trains_the_targets_argmax_and_eagle3_refuses_it(tiny_setup, tmp_path, capsys):  # noqa: F811
