@@ -71,6 +71,8 @@ def main() -> None:
         axis.plot([r["tokens"] for r in rows], [r["acceptance"][k] for r in rows], marker="o", label=f"position {k + 1}")
     axis.axhline(args.needed_acceptance, color="grey", linestyle="--", label="needed for 1.5x")
     axis.set(xscale="log", xlabel="reply tokens trained on", ylabel="acceptance (decoded, mt-bench)")
+    axis.set_xticks([r["tokens"] for r in rows], [f"{r['tokens'] / 1000:g}K" for r in rows])
+    axis.minorticks_off()  # the log axis's own minor labels collide with the sizes'
     axis.legend(fontsize=7)
     save(figure, args.results / "scaling.png")
     print(json.dumps(summary, indent=1))
