@@ -18,10 +18,10 @@ gradients and AdamW state split over the ranks, gathered onto rank 0 for checkpo
 
 Checkpoints: `<out>/checkpoints/step_XXXXXXX/trainer_state.pt` holds the drafter's fp32 state dict, optimizer,
 scheduler, step, wall time, log history, torch RNG state and the run monitor's held-out checks (monitor.py);
-`<out>/checkpoints/latest` names the newest. Data
-order and anchors are stateless functions of (seed, step, micro-batch, rank), so resuming from a checkpoint
-continues exactly as an uninterrupted run would. Written every `checkpoint_every` steps and at the end (also when
-the `max_minutes` budget stops the run early).
+`<out>/checkpoints/latest` names the newest; only the newest `keep_checkpoints` are kept. Data order and anchors
+are stateless functions of (seed, step, micro-batch, rank), so resuming from a checkpoint continues exactly as an
+uninterrupted run would. Written every `checkpoint_every` steps and at the end (also when the `max_minutes` budget
+stops the run early).
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ import math
 import os
 import pickle
 import re
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,6 +51,10 @@ TargetFeatureSource = Callable[[torch.Tensor, TokenDataset], TargetOutputs]  # (
 
 LATEST = "latest"
 STATE_FILE = "trainer_state.pt"
+STEP_FOLDER = re.compile(r"step_\d{7}")
+# A resumable state is ~12 bytes a drafter parameter (fp32 weights and two AdamW moments): 0.7 GB for SmolLM2's
+# 5-layer DSpark, so a run that kept every 50-step checkpoint filled a 250 GB disk. Older ones are deleted.
+KEEP_CHECKPOINTS = 2
 RESUME_KEYS = {"step", "wall_s", "drafter", "optimizer", "scheduler", "history", "torch_rng", "train_config"}
 LOG_FILE = "train_log.json"
 
@@ -68,11 +73,12 @@ class TrainConfig:
     grad_accum: int = 1
     bf16: bool = False
     checkpoint_every: int = 0  # 0: only at the end
+    keep_checkpoints: int = KEEP_CHECKPOINTS  # the newest step folders kept; `latest` is always one of them
     log_every: int = 10
     seed: int = 42
 
     def __post_init__(self) -> None:
-        positive = ("steps", "batch_size", "grad_accum", "log_every")
+        positive = ("steps", "batch_size", "grad_accum", "log_every", "keep_checkpoints")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"training {name} must be >= 1, got {getattr(self, name)}")
@@ -328,8 +334,16 @@ class Trainer:
         pointer = self.out_dir / "checkpoints" / LATEST
         pointer.with_name(LATEST + ".tmp").write_text(directory.name + "\n")
         os.replace(pointer.with_name(LATEST + ".tmp"), pointer)  # a kill mid-write leaves the old pointer
+        self.prune_checkpoints(directory)
         self.write_log(wall_s)
         return directory
+
+    def prune_checkpoints(self, latest: Path) -> None:
+        """Delete the step folders older than the newest `keep_checkpoints`, never `latest` (the one just written)."""
+        folders = sorted(p for p in latest.parent.iterdir() if p.is_dir() and STEP_FOLDER.fullmatch(p.name))
+        for old in folders[:-self.cfg.keep_checkpoints]:
+            if old != latest:
+                shutil.rmtree(old)
 
     def write_log(self, wall_s: float, extra: dict | None = None) -> None:
         """Write `<out>/train_log.json`: config, loss history and wall time (rank 0 only)."""
@@ -345,7 +359,7 @@ class Trainer:
         if not pointer.exists():
             return False
         name = pointer.read_bytes()[:64].decode("ascii", errors="replace").strip()
-        if not re.fullmatch(r"step_\d{7}", name):
+        if not STEP_FOLDER.fullmatch(name):
             raise CheckpointError(f"{pointer} names {name!r}, not a step_NNNNNNN folder: delete it to start over")
         path = pointer.parent / name / STATE_FILE
         if not path.exists():

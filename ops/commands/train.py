@@ -31,7 +31,7 @@ from dspark.models.errors import ConfigError
 from dspark.models.training.data import DATA_BOUNDS, SOURCES, DataConfig
 from dspark.models.target_io import computes_bf16_natively
 from dspark.models.training.run import BLOCK_LOSSES, DrafterSpec, TrainJob, train_job
-from dspark.models.training.trainer import DistContext, TrainConfig
+from dspark.models.training.trainer import KEEP_CHECKPOINTS, DistContext, TrainConfig
 from dspark.models.portable_paths import portable
 from dspark.ops.arg_types import BATCH, SEED, THREADS, finite_float, int_in, output_dir, torch_device
 
@@ -146,6 +146,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="torchrun: shard the frozen target's decoder layers over the ranks (FSDP2), for a target "
                         "that does not fit on one device; needs --data, and with --fsdp --eval-samples 0")
     t.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: only at the end)")
+    t.add_argument("--keep-checkpoints", type=int_in(1, 10_000), default=KEEP_CHECKPOINTS,
+                   help="the newest checkpoints kept (older ones are deleted: each holds the optimizer state)")
     t.add_argument("--log-every", type=int, default=10)
     t.add_argument("--seed", type=SEED, default=42)
     parser.set_defaults(func=handle, _parser=parser)
@@ -223,7 +225,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
         steps=args.steps, max_minutes=args.minutes, lr=args.lr, weight_decay=args.weight_decay,
         warmup_frac=args.warmup_frac, grad_clip=args.grad_clip, batch_size=args.batch_size,
         grad_accum=args.grad_accum, bf16=args.bf16, checkpoint_every=args.checkpoint_every,
-        log_every=args.log_every, seed=args.seed,
+        keep_checkpoints=args.keep_checkpoints, log_every=args.log_every, seed=args.seed,
     )
     return TrainJob(
         target_dir=args.target, out_dir=args.out, work_dir=args.work_dir or args.out / "work", spec=spec, data=data,

@@ -26,6 +26,7 @@ MODELS = ["--target", str(EMBEDDED_TARGET), "--drafter", str(EMBEDDED / "dspark"
     (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--batch-size", "5000", "[1, 1024]"),
     (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--n-anchors", "1000000000", "[1, 65536]"),
     (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--block-size", "0", "[1, 64]"),
+    (["train", "--target", str(EMBEDDED_TARGET), "--out", "o"], "--keep-checkpoints", "0", "[1, 10000]"),
     (["bench-sched", *MODELS, "--prompts-file", "p", "--out", "o"], "--concurrency", "0", "[1, 1024]"),
     (["bench-sched", *MODELS, "--prompts-file", "p", "--out", "o"], "--simulate-to", "-1", "[0, 4096]"),
     (["bench-sched", *MODELS, "--prompts-file", "p", "--out", "o"], "--limit", "-3", "[1, 100000]"),

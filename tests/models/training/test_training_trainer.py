@@ -6,7 +6,7 @@ import pytest
 import torch
 from training_helpers import EOS_ID, make_drafter_and_task
 
-from dspark.models.errors import CheckpointError
+from dspark.models.errors import CheckpointError, ConfigError
 from dspark.models.training.data import DataConfig, build_dataset
 from dspark.models.training.trainer import DistContext, TrainConfig, Trainer, batch_indices, lr_factor
 
@@ -113,6 +113,19 @@ def test_resume_refuses_another_drafter_shape(peaked_target, tiny_dataset, tmp_p
     other, other_task = make_drafter_and_task("dspark", peaked_target)
     with pytest.raises(CheckpointError, match="holds another drafter's state"):
         Trainer(other, peaked_target, tiny_dataset, other_task, cfg, tmp_path, progress=False).resume()
+
+
+def test_only_the_newest_checkpoints_are_kept_and_never_the_latest_deleted(peaked_target, tiny_dataset, tmp_path):
+    drafter, task = make_drafter_and_task("dflash", peaked_target)
+    checkpoints = tmp_path / "checkpoints"
+    (checkpoints / "step_0000009").mkdir(parents=True)  # a stray newer folder (say, a copy) sorts after every step
+    (checkpoints / "notes").mkdir()  # not a step folder: never touched
+    cfg = TrainConfig(steps=5, batch_size=4, checkpoint_every=1, keep_checkpoints=2)
+    Trainer(drafter, peaked_target, tiny_dataset, task, cfg, tmp_path, progress=False).run()
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["latest", "notes", "step_0000005", "step_0000009"]
+    assert (checkpoints / "latest").read_text().strip() == "step_0000005"
+    with pytest.raises(ConfigError, match="keep_checkpoints must be >= 1, got 0"):
+        TrainConfig(keep_checkpoints=0)
 
 
 def test_time_budget_stops_early_and_checkpoints(peaked_target, tiny_dataset, tmp_path):
