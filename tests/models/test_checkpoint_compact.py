@@ -20,14 +20,18 @@ def rows(path, name):
         return handle.get_slice(name).get_shape()[0]
 
 
-@pytest.fixture()
-def compact(tiny_target, tmp_path):
-    """(drafter, its draft vocabulary, a slim compact checkpoint of it)."""
-    drafter = make_drafter(tiny_target, "dspark_vanilla")
+def compact_checkpoint(target, variant: str, directory):
+    """(drafter, its draft vocabulary, a slim compact checkpoint of it with its draft_vocab.json)."""
+    drafter = make_drafter(target, variant)
     vocab = torch.arange(3, drafter.config.vocab_size, 5)
-    path = save_drafter(drafter, tmp_path / "compact", frozen=False, draft_vocab=vocab)
+    path = save_drafter(drafter, directory, frozen=False, draft_vocab=vocab)
     save_draft_vocab(path, vocab, source="test", counted_tokens=100, coverage=1.0)
     return drafter, vocab, path
+
+
+@pytest.fixture()
+def compact(tiny_target, tmp_path):
+    return compact_checkpoint(tiny_target, "dspark_vanilla", tmp_path / "compact")
 
 
 def test_compact_checkpoint_stores_draft_vocabulary_rows_only(compact):
@@ -74,12 +78,7 @@ def test_sglang_gets_a_full_row_copy_once_and_full_checkpoints_as_they_are(tiny_
 
 @pytest.fixture()
 def eagle3_compact(tiny_target, tmp_path):
-    """(Eagle3 drafter, its draft vocabulary, a slim compact checkpoint of it)."""
-    drafter = make_drafter(tiny_target, "eagle3")
-    vocab = torch.arange(3, drafter.config.vocab_size, 5)
-    path = save_drafter(drafter, tmp_path / "eagle3", frozen=False, draft_vocab=vocab)
-    save_draft_vocab(path, vocab, source="test", counted_tokens=100, coverage=1.0)
-    return drafter, vocab, path
+    return compact_checkpoint(tiny_target, "eagle3", tmp_path / "eagle3")
 
 
 def test_a_compact_eagle3_is_sglangs_draft_vocabulary_layout_served_as_it_is(tiny_target, eagle3_compact, tmp_path):
