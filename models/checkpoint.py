@@ -268,7 +268,7 @@ def load_drafter(directory, target_config: Any = None, *, target_model: Optional
     stored = next((t.dtype for t in tensors.values() if t.is_floating_point()), None)
     if stored is None:
         raise CheckpointError(f"{weights_path} holds no floating-point tensor: not a drafter's weights")
-    draft_head = _eagle3_draft_head(tensors, Path(directory), config.vocab_size)
+    draft_head = _eagle3_draft_head(tensors, Path(directory), config.vocab_size, config.hidden_size)
     tensors = _with_frozen_weights(tensors, target_model, str(weights_path))
     if draft_head is not None:  # a compact Eagle3: its own rows over the target's head
         token_ids, rows = draft_head
@@ -304,7 +304,7 @@ def _with_frozen_weights(tensors: dict, target_model: Optional[torch.nn.Module],
     return {**tensors, **{name: shared[name].detach() for name in missing}}
 
 
-def _eagle3_draft_head(tensors: dict, directory: Path, vocab_size: int) -> Optional[tuple]:
+def _eagle3_draft_head(tensors: dict, directory: Path, vocab_size: int, hidden_size: int) -> Optional[tuple]:
     """A compact Eagle3's (token ids [V'], lm_head rows [V', d]), both taken out of `tensors` (module docstring);
     None for any other checkpoint. d2t must name the tokens of draft_vocab.json, which dspark's engine drafts
     among, so that it drafts exactly what SGLang does."""
@@ -313,10 +313,13 @@ def _eagle3_draft_head(tensors: dict, directory: Path, vocab_size: int) -> Optio
     source = directory / WEIGHTS_FILE
     offsets, rows = tensors.pop(D2T), tensors.pop("lm_head.weight", None)
     listed = load_draft_vocab(directory, vocab_size)
+    if offsets.dim() != 1:
+        raise CheckpointError(f"{source}: {D2T} must be one offset a draft token, got shape {tuple(offsets.shape)}")
     token_ids = offsets.long() + torch.arange(len(offsets), device=offsets.device)
-    if rows is None or rows.shape[0] != len(token_ids):
-        found = "none" if rows is None else f"{rows.shape[0]} rows"
-        raise CheckpointError(f"{source}: {D2T} names {len(token_ids)} draft tokens but lm_head.weight holds {found}")
+    if rows is None or tuple(rows.shape) != (len(token_ids), hidden_size):
+        found = "none" if rows is None else f"shape {tuple(rows.shape)}"
+        raise CheckpointError(f"{source}: {D2T} names {len(token_ids)} draft tokens, so lm_head.weight must be "
+                              f"[{len(token_ids)}, {hidden_size}]; it has {found}")
     if listed is None or not torch.equal(listed.to(token_ids.device), token_ids):
         raise CheckpointError(f"{source}: {D2T} names {len(token_ids)} draft tokens, and {DRAFT_VOCAB_FILE} beside it "
                               f"{'is missing' if listed is None else 'lists others'}; re-save the drafter")

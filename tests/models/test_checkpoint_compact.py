@@ -121,3 +121,17 @@ def test_a_compact_eagle3_whose_d2t_is_not_its_draft_vocabulary_is_refused(tiny_
         save_draft_vocab(path, vocab - 1, source="test", counted_tokens=100, coverage=1.0)
     with pytest.raises(CheckpointError, match=rf"d2t names {len(vocab)} draft tokens, and draft_vocab.json .*{error}"):
         load_drafter(path, target_model=tiny_target)
+
+
+@pytest.mark.parametrize("damage, error", [
+    (lambda t: t.update({"lm_head.weight": t["lm_head.weight"][:, :-1]}), r"lm_head.weight must be \[13, \d+\]"),
+    (lambda t: t.pop("lm_head.weight"), "it has none"),
+    (lambda t: t.update({"d2t": t["d2t"].view(1, -1)}), "one offset a draft token, got shape"),
+])
+def test_a_compact_eagle3_whose_draft_head_is_malformed_is_refused(tiny_target, eagle3_compact, damage, error):
+    _, _, path = eagle3_compact
+    tensors = load_file(str(path / "model.safetensors"))
+    damage(tensors)
+    save_file({name: t.contiguous() for name, t in tensors.items()}, str(path / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=error):
+        load_drafter(path, target_model=tiny_target)
