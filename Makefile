@@ -299,15 +299,16 @@ smollm2-regen-rest-drafter: setup
 		--init-from-drafter $(RETIRED)/smollm2-dspark-regen-templates --steps 335 --eval-every 335 \
 		--out $(RETIRED)/smollm2-dspark-regen-rest --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-regen-rest
 
-# The demo's drafter (embedded/smollm2-dspark-regen, issue 45 item 7): that drafter trained one epoch (619 steps at
-# batch 4) further on replies to a second draw of the built-in chat prompts (`dspark chat-prompts` seed 9, less the
-# 1,101 prompts seed 8 also drew; the first 2,600 of the rest: 237,420 reply tokens in 53 min at 74 tokens/s),
-# keeping its draft vocabulary; features online; training 41 min on the 2 cores.
+# The seed-9 regen drafter (retired: bench/results/retired-drafters/smollm2-dspark-regen-seed9; the demo's until the
+# one below): that drafter trained one epoch (619 steps at batch 4) further on replies to a second draw of the
+# built-in chat prompts (`dspark chat-prompts` seed 9, less the 1,101 prompts seed 8 also drew; the first 2,600 of
+# the rest: 237,420 reply tokens in 53 min at 74 tokens/s), keeping its draft vocabulary; features online; training
+# 41 min on the 2 cores.
 SEED9_ALL := $(DSPARK_CACHE)/regen-templates/prompts-seed9-all.jsonl
 SEED9_PROMPTS := $(DSPARK_CACHE)/regen-templates/prompts-seed9.jsonl
 SEED9_REPLIES := $(DSPARK_CACHE)/regen-templates/replies-seed9.jsonl
-.PHONY: smollm2-regen-drafter
-smollm2-regen-drafter: setup
+.PHONY: smollm2-regen-seed9-drafter
+smollm2-regen-seed9-drafter: setup
 	@test -s $(RETIRED)/smollm2-dspark-regen-rest/model.safetensors || \
 		{ echo "$(RETIRED)/smollm2-dspark-regen-rest is missing: make smollm2-regen-rest-drafter"; exit 1; }
 	$(DSPARK) chat-prompts --count 5000 --seed 8 --out $(TEMPLATE_PROMPTS)
@@ -316,6 +317,22 @@ smollm2-regen-drafter: setup
 	$(DSPARK) regenerate --input $(SEED9_PROMPTS) --out $(SEED9_REPLIES) $(REGENERATE_CPU) --limit 2600
 	$(DSPARK) train --target $(SMOLLM2) --data $(SEED9_REPLIES) $(REGEN_FINE_TUNE) \
 		--init-from-drafter $(RETIRED)/smollm2-dspark-regen-rest --steps 619 --eval-every 619 \
+		--out $(RETIRED)/smollm2-dspark-regen-seed9 --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-regen-seed9
+
+# The demo's drafter (embedded/smollm2-dspark-regen, issue 45 item 7): that drafter trained one epoch (1,404 steps
+# at batch 4) further on the data-scaling curve's 500K replies (`make scaling-curve SIZES="14000 42000 126000 500000"
+# PROMPTS=6400` writes them and their feature store: 511,671 reply tokens to self-chat turns), keeping its draft
+# vocabulary, the held-out check every 351 steps keeping the best; training 33 min on the 2 cores.
+SCALING_500K_REPLIES := $(DSPARK_CACHE)/scaling/replies-500000.jsonl
+.PHONY: smollm2-regen-drafter
+smollm2-regen-drafter: setup
+	@test -s $(RETIRED)/smollm2-dspark-regen-seed9/model.safetensors || \
+		{ echo "$(RETIRED)/smollm2-dspark-regen-seed9 is missing: make smollm2-regen-seed9-drafter"; exit 1; }
+	@test -s $(SCALING_500K_REPLIES) || { echo "$(SCALING_500K_REPLIES) is missing: make scaling-curve \
+		SIZES=\"14000 42000 126000 500000\" PROMPTS=6400 writes it"; exit 1; }
+	$(DSPARK) train --target $(SMOLLM2) --data $(SCALING_500K_REPLIES) $(REGEN_FINE_TUNE) \
+		--feature-cache $(DSPARK_CACHE)/train-features \
+		--init-from-drafter $(RETIRED)/smollm2-dspark-regen-seed9 --steps 1404 --eval-every 351 \
 		--out embedded/smollm2-dspark-regen --work-dir $(DSPARK_CACHE)/train-work/smollm2-dspark-regen
 
 # Kubernetes (docs/deploy.md). The toolchain lives in $(DSPARK_CACHE)/k8s/bin: helm, kubectl and,
