@@ -53,7 +53,7 @@ LATEST = "latest"
 STATE_FILE = "trainer_state.pt"
 STEP_FOLDER = re.compile(r"step_\d{7}")
 # A resumable state is ~12 bytes a drafter parameter (fp32 weights and two AdamW moments): 0.7 GB for SmolLM2's
-# 5-layer DSpark, so a run that kept every 50-step checkpoint filled a 250 GB disk. Older ones are deleted.
+# 5-layer DSpark: the scaling curve's runs, keeping every 50-step one, filled this machine's disk (41 GB of them).
 KEEP_CHECKPOINTS = 2
 RESUME_KEYS = {"step", "wall_s", "drafter", "optimizer", "scheduler", "history", "torch_rng", "train_config"}
 LOG_FILE = "train_log.json"
