@@ -281,14 +281,22 @@ def load_drafter(directory, target_config: Any = None, *, target_model: Optional
     return drafter.to(device=device, dtype=dtype or stored)
 
 
-def stores_frozen_weights(directory) -> bool:
-    """Whether the checkpoint holds its own embedding / lm_head copies (False: slim, load with target_model)."""
+def taken_from_target(directory) -> list:
+    """What loading the checkpoint takes from the target model: each frozen copy it does not store (FROZEN_WEIGHTS
+    names), and for a compact Eagle3, which stores its draft vocabulary's lm_head rows, the rows outside it."""
     path = Path(directory) / WEIGHTS_FILE
     try:
         with safe_open(str(path), framework="pt") as handle:
-            return D2T not in handle.keys() and all(name in handle.keys() for name in FROZEN_WEIGHTS)
+            stored = set(handle.keys())
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{path} cannot be read as safetensors: {err}") from err
+    taken = [name for name in FROZEN_WEIGHTS if name not in stored]
+    return (taken + ["lm_head.weight rows outside the draft vocabulary"]) if D2T in stored else taken
+
+
+def stores_frozen_weights(directory) -> bool:
+    """Whether the checkpoint holds its own embedding / lm_head copies (False: slim, load with target_model)."""
+    return not taken_from_target(directory)
 
 
 def _with_frozen_weights(tensors: dict, target_model: Optional[torch.nn.Module], source: str) -> dict:

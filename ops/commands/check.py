@@ -14,7 +14,7 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM
 
-from dspark.models.checkpoint import architecture, load_drafter, stores_frozen_weights
+from dspark.models.checkpoint import architecture, load_drafter, taken_from_target
 from dspark.models.drafters.draft_vocab import DRAFT_VOCAB_FILE, load_draft_vocab
 from dspark.models.target_io import load_target_config
 
@@ -29,8 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     target_config, _ = load_target_config(args.target)
-    slim = (args.drafter / "model.safetensors").is_file() and not stores_frozen_weights(args.drafter)
-    target_model = AutoModelForCausalLM.from_pretrained(args.target) if slim else None
+    taken = taken_from_target(args.drafter) if (args.drafter / "model.safetensors").is_file() else []
+    target_model = AutoModelForCausalLM.from_pretrained(args.target) if taken else None
     drafter = load_drafter(args.drafter, target_config, target_model=target_model)
     cfg = drafter.config
     trainable = sum(p.numel() for p in drafter.parameters() if p.requires_grad)
@@ -43,6 +43,6 @@ def run(args: argparse.Namespace) -> int:
     if cfg.markov_rank:
         print(f"  markov head {cfg.markov_head_type} rank {cfg.markov_rank}, "
               f"confidence head {'on' if cfg.enable_confidence_head else 'off'}")
-    shared = " (embedding and lm_head taken from the target)" if slim else ""
+    shared = f" ({', '.join(taken)} taken from the target)" if taken else ""
     print(f"  {trainable / 1e6:.2f}M trainable parameters, dtype {drafter.dtype}{shared}")
     return 0

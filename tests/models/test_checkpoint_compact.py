@@ -12,6 +12,7 @@ from dspark.models.checkpoint import (D2T, DRAFT_VOCAB_ROWS, is_compact, load_dr
                                       stores_frozen_weights)
 from dspark.models.drafters.draft_vocab import save_draft_vocab
 from dspark.models.errors import CheckpointError
+from dspark.ops.cli import main
 from tests.models.drafters.drafter_helpers import make_drafter
 
 
@@ -89,6 +90,13 @@ def test_a_compact_eagle3_is_sglangs_draft_vocabulary_layout_served_as_it_is(tin
     assert torch.equal(tensors[D2T] + torch.arange(len(vocab)), vocab)  # SGLang's hot_token_id
     assert "embed_tokens.weight" not in tensors and not stores_frozen_weights(path)
     assert sglang_checkpoint(path, tmp_path / "cache") == path
+
+
+def test_dspark_check_says_a_compact_eagle3_keeps_its_draft_rows(tiny_target, eagle3_compact, tmp_path, capsys):
+    tiny_target.save_pretrained(tmp_path / "target")
+    assert main(["check", str(eagle3_compact[2]), "--target", str(tmp_path / "target")]) == 0
+    assert ("(embed_tokens.weight, lm_head.weight rows outside the draft vocabulary taken from the target)"
+            in capsys.readouterr().out)
 
 
 def test_a_compact_eagle3_loads_whole_from_the_target(tiny_target, eagle3_compact):

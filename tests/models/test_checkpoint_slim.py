@@ -76,4 +76,4 @@ def test_dspark_check_completes_a_slim_checkpoint_from_the_target(tiny_target, s
     tiny_target.save_pretrained(tmp_path / "target")
     _, path, _ = slim["eagle3"]
     assert main(["check", str(path), "--target", str(tmp_path / "target")]) == 0
-    assert "embedding and lm_head taken from the target" in capsys.readouterr().out
+    assert "(embed_tokens.weight, lm_head.weight taken from the target)" in capsys.readouterr().out
