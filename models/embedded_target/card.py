@@ -5,8 +5,9 @@ corpus file lists live in train_log.json and the card gives counts, sizes and th
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from dspark.models.train_log import train_log_text
 
 TRAIN_LOG = "train_log.json"
 CARD = "README.md"
@@ -146,5 +147,5 @@ clock); with `--steps` alone a run is a function of the seed and takes as long a
 def write_card_and_log(out_dir: Path, log: dict) -> None:
     """Write train_log.json and README.md next to the weights."""
     out_dir = Path(out_dir)
-    (out_dir / TRAIN_LOG).write_text(json.dumps(log, indent=1) + "\n")
+    (out_dir / TRAIN_LOG).write_text(train_log_text(log))
     (out_dir / CARD).write_text(render_card(log))

@@ -26,7 +26,6 @@ stops the run early).
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import pickle
@@ -41,6 +40,7 @@ import torch
 from tqdm import tqdm
 
 from dspark.models.errors import CheckpointError, ConfigError
+from dspark.models.train_log import train_log_text
 from dspark.models.training.data import TokenDataset
 from dspark.models.training.feature_cache import OnlineFeatures
 from dspark.models.training.monitor import RunMonitor
@@ -351,7 +351,7 @@ class Trainer:
             return
         log = {"train_config": asdict(self.cfg), "steps": self.step, "wall_s": round(wall_s, 2),
                "history": self.history}
-        (self.out_dir / LOG_FILE).write_text(json.dumps({**log, **(extra or {})}, indent=1) + "\n")
+        (self.out_dir / LOG_FILE).write_text(train_log_text({**log, **(extra or {})}))
 
     def resume(self) -> bool:
         """Load `<out>/checkpoints/latest` if present; returns whether a checkpoint was loaded."""

@@ -1,0 +1,19 @@
+"""train_log.json's text, as both trainers here write it (the drafter's, models/training/trainer.py, and the embedded
+target's, models/embedded_target/train.py): indented, with the history last, one entry a line and its terms to 6
+significant digits, so that a long run's log stays small enough to commit beside its results (a third of the size
+of the indented form)."""
+from __future__ import annotations
+
+import json
+
+
+def train_log_text(log: dict) -> str:
+    """The text of `log`: the same fields, its history's floats rounded to 6 significant digits."""
+    history = [{k: float(f"{v:.6g}") if isinstance(v, float) else v for k, v in entry.items()}
+               for entry in log.get("history", [])]
+    head = json.dumps({k: v for k, v in log.items() if k != "history"}, indent=1)
+    if "history" not in log:
+        return head + "\n"
+    fields = head[1:-2] + "," if len(head) > 2 else ""  # the other fields, without the braces
+    entries = ",\n".join("  " + json.dumps(entry) for entry in history)
+    return "{" + fields + (f'\n "history": [\n{entries}\n ]' if history else '\n "history": []') + "\n}\n"
