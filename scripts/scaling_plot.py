@@ -6,7 +6,9 @@ measured (a position no round reached is NaN), each size weighted by the rounds 
 acceptance rate's variance falls as 1/rounds: a deep position seen in 2 rounds says little); the extrapolation is
 the largest of the fitted positions' tokens.
 The other runs of the recipe (the greedy-matched loss, DFlash, Eagle3, the demo's drafter) are listed beside the
-curve with their training steps and wall time. Writes scaling.json and scaling.png to --results."""
+curve with their training steps and wall time, and a second panel plots τ against tokens for each drafter kind at
+the sizes it was trained at (DFlash and Eagle3 for DSpark's training time there: equal compute, not equal steps).
+Writes scaling.json and scaling.png to --results."""
 from __future__ import annotations
 
 import argparse
@@ -15,6 +17,8 @@ import math
 from pathlib import Path
 
 from dspark.models.evaluation.plots import plt, save  # the committed plots' one writer
+
+DRAFTER_KINDS = ("dspark", "dflash", "eagle3")  # the runs named <kind>-<tokens>: the curve's and the compared ones
 
 
 def measured(path: Path) -> dict:
@@ -62,18 +66,30 @@ def main() -> None:
                                       args.needed_acceptance)}
             for k in range(positions)]
     fitted = [f for f in fits if f["tokens_for_needed"] is not None]
+    by_run = {row["run"]: row for row in rows + others}
+    by_drafter = {kind: [{"tokens": tokens, "tau": by_run[f"{kind}-{tokens}"]["tau"]} for tokens in args.tokens
+                         if f"{kind}-{tokens}" in by_run]
+                  for kind in DRAFTER_KINDS}
     summary = {"rows": rows, "others": others, "needed_acceptance": args.needed_acceptance, "fit": fits,
                "tokens_for_1_5x": max((f["tokens_for_needed"] for f in fitted), default=None),
-               "positions_fitted": [f["position"] for f in fitted]}
+               "positions_fitted": [f["position"] for f in fitted], "tau_by_drafter": by_drafter}
     (args.results / "scaling.json").write_text(json.dumps(summary, indent=1) + "\n")
-    figure, axis = plt.subplots(figsize=(6, 4))
+    figure, (axis, taus) = plt.subplots(1, 2, figsize=(11, 4))
     for k in range(positions):
         axis.plot([r["tokens"] for r in rows], [r["acceptance"][k] for r in rows], marker="o", label=f"position {k + 1}")
     axis.axhline(args.needed_acceptance, color="grey", linestyle="--", label="needed for 1.5x")
-    axis.set(xscale="log", xlabel="reply tokens trained on", ylabel="acceptance (decoded, mt-bench)")
+    axis.set(xscale="log", xlabel="reply tokens trained on", ylabel="acceptance (decoded, mt-bench)",
+             title="DSpark's acceptance by position")
     axis.set_xticks([r["tokens"] for r in rows], [f"{r['tokens'] / 1000:g}K" for r in rows])
     axis.minorticks_off()  # the log axis's own minor labels collide with the sizes'
     axis.legend(fontsize=7)
+    for kind, points in by_drafter.items():
+        taus.plot([p["tokens"] for p in points], [p["tau"] for p in points], marker="o", label=kind)
+    taus.set(xscale="log", xlabel="reply tokens trained on", ylabel="τ (decoded, mt-bench)",
+             title="DFlash and Eagle3 for DSpark's training time")
+    taus.set_xticks([r["tokens"] for r in rows], [f"{r['tokens'] / 1000:g}K" for r in rows])
+    taus.minorticks_off()
+    taus.legend(fontsize=7)
     save(figure, args.results / "scaling.png")
     print(json.dumps(summary, indent=1))
 

@@ -26,10 +26,10 @@ def test_each_position_is_fitted_over_its_measured_sizes_and_the_largest_need_is
     nan = float("nan")
     # position 1 rises 0.1 per decade: 0.2 at 1e4 tokens, so 0.54 at 10^(4 + 3.4); position 2 rises 0.2 per decade
     # from 0.3 at 1e5 (unmeasured at 1e4): 0.54 at 10^(5 + 1.2); position 3 never rises
-    write_eval(tmp_path, "dspark-10000", [0.2, nan, 0.1])
-    write_eval(tmp_path, "dspark-100000", [0.3, 0.3, 0.1])
-    write_eval(tmp_path, "dspark-1000000", [0.4, 0.5, 0.05])
-    write_eval(tmp_path, "eagle3-10000", [0.25, 0.1, 0.0])
+    write_eval(tmp_path, "dspark-10000", [0.2, nan, 0.1], tau=1.1)
+    write_eval(tmp_path, "dspark-100000", [0.3, 0.3, 0.1], tau=1.3)
+    write_eval(tmp_path, "dspark-1000000", [0.4, 0.5, 0.05], tau=1.6)
+    write_eval(tmp_path, "eagle3-10000", [0.25, 0.1, 0.0], tau=1.2)
     (tmp_path / "eagle3-10000.train_log.json").write_text(json.dumps(
         {"job": {"steps": 7, "wall_s": 60.0, "trained_tokens": 10001, "held_out": {"tau": 1.2}}}))
     summary = run_plot(tmp_path, 10000, 100000, 1000000)
@@ -42,6 +42,9 @@ def test_each_position_is_fitted_over_its_measured_sizes_and_the_largest_need_is
     assert summary["positions_fitted"] == [1, 2]
     (other,) = summary["others"]
     assert other["run"] == "eagle3-10000" and other["steps"] == 7 and other["held_out_tau"] == 1.2
+    assert summary["tau_by_drafter"] == {"dspark": [{"tokens": 10000, "tau": 1.1}, {"tokens": 100000, "tau": 1.3},
+                                                    {"tokens": 1000000, "tau": 1.6}],
+                                         "dflash": [], "eagle3": [{"tokens": 10000, "tau": 1.2}]}
     assert (tmp_path / "scaling.png").stat().st_size > 0
 
 
