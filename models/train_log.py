@@ -1,7 +1,7 @@
 """train_log.json's text, as both trainers here write it (the drafter's, models/training/trainer.py, and the embedded
 target's, models/embedded_target/train.py): indented, with the history last, one entry a line and its terms to 6
-significant digits, so that a long run's log stays small enough to commit beside its results (a third of the size
-of the indented form)."""
+significant digits, so that a long run's log stays small enough to commit beside its results (about 0.6 of the size
+of the indented form: the committed logs went from 816 KB to 542 KB)."""
 from __future__ import annotations
 
 import json

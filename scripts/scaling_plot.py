@@ -78,18 +78,15 @@ def main() -> None:
     for k in range(positions):
         axis.plot([r["tokens"] for r in rows], [r["acceptance"][k] for r in rows], marker="o", label=f"position {k + 1}")
     axis.axhline(args.needed_acceptance, color="grey", linestyle="--", label="needed for 1.5x")
-    axis.set(xscale="log", xlabel="reply tokens trained on", ylabel="acceptance (decoded, mt-bench)",
-             title="DSpark's acceptance by position")
-    axis.set_xticks([r["tokens"] for r in rows], [f"{r['tokens'] / 1000:g}K" for r in rows])
-    axis.minorticks_off()  # the log axis's own minor labels collide with the sizes'
-    axis.legend(fontsize=7)
+    axis.set(ylabel="acceptance (decoded, mt-bench)", title="DSpark's acceptance by position")
     for kind, points in by_drafter.items():
         taus.plot([p["tokens"] for p in points], [p["tau"] for p in points], marker="o", label=kind)
-    taus.set(xscale="log", xlabel="reply tokens trained on", ylabel="τ (decoded, mt-bench)",
-             title="DFlash and Eagle3 for DSpark's training time")
-    taus.set_xticks([r["tokens"] for r in rows], [f"{r['tokens'] / 1000:g}K" for r in rows])
-    taus.minorticks_off()
-    taus.legend(fontsize=7)
+    taus.set(ylabel="τ (decoded, mt-bench)", title="DFlash and Eagle3 for DSpark's training time")
+    for panel in (axis, taus):
+        panel.set(xscale="log", xlabel="reply tokens trained on")
+        panel.set_xticks([r["tokens"] for r in rows], [f"{r['tokens'] / 1000:g}K" for r in rows])
+        panel.minorticks_off()  # the log axis's own minor labels collide with the sizes'
+        panel.legend(fontsize=7)
     save(figure, args.results / "scaling.png")
     print(json.dumps(summary, indent=1))
 
