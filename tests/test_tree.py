@@ -1,8 +1,8 @@
 """The tracked tree travels to a GPU machine, and its records name no machine's paths.
 
-A lent GPU machine takes the working tree up to 64 MiB, wheels included: tracked files stay within 48 MiB so that
-16 MiB are left for wheels (docs/benchmarks.md). Cards, training logs and benchmark reports say where a file came
-from in terms that hold on every machine ($DSPARK_CACHE/..., repo-relative; models/portable_paths.py).
+A lent GPU machine takes the working tree up to 64 MiB, wheels included: tracked files stay within 48 MiB so that 16 MiB
+are left for wheels (docs/training.md#the-embedded-models). Cards, training logs and benchmark reports say where a file
+came from in terms that hold on every machine ($DSPARK_CACHE/..., repo-relative; models/portable_paths.py).
 """
 import re
 import subprocess

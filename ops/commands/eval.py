@@ -1,6 +1,6 @@
 """`dspark eval`: tau, acceptance by position, confidence calibration and speed on prompt datasets.
 
-    dspark eval --target DIR --drafter DIR --policy fixed --datasets ../shared/data/eval_prompts/gsm8k.jsonl \
+    dspark eval --target DIR --drafter DIR --policy fixed --datasets prompts/gsm8k.jsonl \
         --limit 20 --json out/eval.json --plots out/plots
 
 The DeepSpec protocol (docs/evaluation.md, models/evaluation/): first turns through the chat template,

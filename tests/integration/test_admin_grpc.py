@@ -379,7 +379,7 @@ def test_profile_sps_from_traffic_fits_the_table_to_measured_round_times(replica
     assert reply.state.version == before.version + 1 and reply.state.settings.sps_table == reply.sps_table
     assert Path(reply.sps_table).parent.name == "refit" and list(reply.sample_batch_tokens) == old["sample_batch_tokens"]
     assert admin.get().sps_table_source == "refit"
-    # measured whole rounds (tests/integration/test_round_cost.py checks the fit itself), not the profile again
+    # measured whole rounds (tests/models/decoding/test_round_cost.py checks the fit itself), not the profile again
     assert list(reply.sample_steps_per_sec) != old["sample_steps_per_sec"] and min(reply.sample_steps_per_sec) > 0
     assert admin.history().entries[-1].caller == "ops-admin"
     assert greedy(replica, PROMPTS) == [reference[p] for p in PROMPTS]
