@@ -13,7 +13,7 @@ Cut rounds alone would label only the prefixes the head was confident about; the
                temperatures in effect, over the rows since those temperatures were installed
     refit      models/decoding/sts.py's fit_sts on the window: the same fitting code as `dspark calibrate`
 
-The window holds the last WINDOW rows and is cleared whenever the temperatures change, so the report always
+The window holds the last LIVE_WINDOW_ROWS rows and is cleared whenever the temperatures change, so the report always
 describes the calibration in effect.
 """
 from __future__ import annotations
@@ -25,13 +25,11 @@ import torch
 
 from dspark.models.decoding.sts import fit_sts
 from dspark.models.errors import ConfigError
-from dspark.models.calibration import CalibrationData, per_position
-
-WINDOW = 4096  # rows (request-rounds)
+from dspark.models.calibration import LIVE_WINDOW_ROWS, CalibrationData, per_position
 
 
 class LiveCalibration:
-    def __init__(self, size: int = WINDOW):
+    def __init__(self, size: int = LIVE_WINDOW_ROWS):
         self.rows: deque = deque(maxlen=size)  # (logits [gamma] float32, verify_len, accepted, probe)
 
     def reset(self) -> None:

@@ -33,12 +33,13 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dspark.integration import calibration, metrics
+from dspark.integration import metrics
 from dspark.integration.planner import agreed
 from dspark.kernels.sps import SpsTable
 from dspark.models.decoding.settings import VerifySettings
 from dspark.models.decoding.round_cost import RoundCosts
 from dspark.models.decoding.sps_paths import sps_write_dir
+from dspark.models.calibration import LIVE_WINDOW_ROWS
 from dspark.models.errors import ConfigError, shown
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ logger = logging.getLogger(__name__)
 REFITS = ("refit_sts", "refit_sps", "profile_sps")
 AUTO_REFIT_CALLER = "auto-refit"
 AUTO_REFIT_MIN_LABELLED = 32
-MIN_SAMPLES_MAX = {"refit_sts": calibration.WINDOW, "refit_sps": RoundCosts.WINDOW}  # the windows' sizes
+MIN_SAMPLES_MAX = {"refit_sts": LIVE_WINDOW_ROWS, "refit_sps": RoundCosts.WINDOW}  # the windows' sizes
 
 
 def with_refit(state: SchedulerState, value: Any) -> Any:

@@ -13,6 +13,7 @@ from typing import List, Optional
 import torch
 
 ECE_BINS = 20
+LIVE_WINDOW_ROWS = 4096  # request-rounds a served replica's live calibration window holds (integration/)
 PREDICTION_CLAMP = 1e-8
 
 

@@ -45,6 +45,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Optional, Union
 
+from dspark.models.calibration import LIVE_WINDOW_ROWS
 from dspark.models.errors import ConfigError, shown
 
 ALLOCATOR_POLICIES = ("causal", "lagged", "threshold", "fixed", "mtp1")  # kernels/allocate.py runs these
@@ -114,7 +115,8 @@ class VerifySettings:
                                               "(null: never; served only)", float, low=0, high=1, low_open=True,
                                               nullable=True)
     auto_refit_min_samples: int = setting(512, "labelled request-rounds the live window must hold before an "
-                                          "automatic STS refit (served only)", int, low=1)
+                                          "automatic STS refit (served only)", int, low=1,
+                                          high=LIVE_WINDOW_ROWS)  # more could never be reached: no refit
     drafting: str = setting("auto", "auto: draft only while speculation beats plain rounds (measured online); "
                             "always: every round; never: plain decoding", str, choices=DRAFTING_MODES)
 

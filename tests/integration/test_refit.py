@@ -11,6 +11,7 @@ from dspark.integration import calibration, refit
 from dspark.integration.runtime_state import RuntimeStateStore
 from dspark.integration.scheduler_state import SchedulerState
 from dspark.kernels.sps import SpsTable
+from dspark.models.calibration import LIVE_WINDOW_ROWS
 from dspark.models.decoding.settings import VerifySettings
 from dspark.models.errors import ConfigError
 
@@ -89,8 +90,8 @@ def test_sps_refit_needs_a_table_to_refit(state):
 
 
 @pytest.mark.parametrize("kind, value, bound", [
-    ("refit_sts", 0, calibration.WINDOW), ("refit_sts", -5, calibration.WINDOW),
-    ("refit_sts", calibration.WINDOW + 1, calibration.WINDOW), ("refit_sps", -1, 2048), ("refit_sps", 2049, 2048),
+    ("refit_sts", 0, LIVE_WINDOW_ROWS), ("refit_sts", -5, LIVE_WINDOW_ROWS),
+    ("refit_sts", LIVE_WINDOW_ROWS + 1, LIVE_WINDOW_ROWS), ("refit_sps", -1, 2048), ("refit_sps", 2049, 2048),
 ])
 def test_sample_counts_outside_one_to_the_window_are_refused(state, kind, value, bound):
     with pytest.raises(ConfigError, match=rf"{kind}.min_samples must be an integer in 1..{bound} .*got {value}$"):

@@ -84,6 +84,8 @@ def test_the_runtime_state_and_http_body_are_the_schema():
     ({"policy": "fixed", "threshold": "0.4"}, "threshold must be a finite number or null"),
     ({"policy": "fixed", "threshold": float("nan")}, "threshold must be a finite number"),
     ({"policy": "fixed", "sts_temperatures": [1.0, 0.0]}, r"sts_temperatures must be in \(0, inf\)"),
+    # a window larger than the live one would never fill: automatic refits silently off
+    ({"auto_refit_min_samples": 4097}, r"auto_refit_min_samples must be in 1\.\.4096, got 4097"),
     ({"policy": "threshold"}, "the threshold policy needs a threshold"),
     ({"policy": None}, "policy must not be null"),
 ])
