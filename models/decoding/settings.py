@@ -156,11 +156,6 @@ class VerifySettings:
             values["sts_temperatures"] = list(self.sts_temperatures)
         return values
 
-    def diff(self, other: "VerifySettings") -> dict:
-        """{name: [self's value, other's value]} for every setting that differs."""
-        mine, theirs = self.to_dict(), other.to_dict()
-        return {name: [mine[name], theirs[name]] for name in names() if mine[name] != theirs[name]}
-
 
 def names() -> tuple[str, ...]:
     return tuple(f.name for f in fields(VerifySettings))

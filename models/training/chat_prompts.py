@@ -12,7 +12,7 @@ stand-in is a generator of user turns in three families, in equal shares:
 
 Every prompt is a record {"turns": [user_text]} like the eval sets'. The same (stdlib root, count, seed) give the
 same list; exact duplicates are dropped. The eval prompt sets are never read here; a test checks that no
-generated prompt equals or nearly duplicates one of them (word 3-gram Jaccard, `near_duplicate`).
+generated prompt equals or nearly duplicates one of them (word 3-gram Jaccard).
 """
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from dspark.models.embedded_target.corpus import Corpus
 from dspark.models.errors import ConfigError
 
 BOXED = "Please reason step by step, and put your final answer within \\boxed{}."
-NEAR_DUPLICATE_JACCARD = 0.5
 MIN_CHAT_PROMPTS = 3  # one of each family
 
 NAMES = ("Amara", "Ben", "Chloe", "Diego", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kira", "Liam",
@@ -206,18 +205,5 @@ PYDOC_TOPICS = ("the assert statement", "augmented assignment", "the with statem
 def write_prompts(records: list[dict], path: Path) -> None:
     """One JSON record per line (the eval sets' format)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
 
-
-def shingles(text: str) -> set[tuple[str, ...]]:
-    """Word 3-grams of the lower-cased text (punctuation dropped); short texts give their word tuple.
-
-    The BOXED instruction is boilerplate shared by every math prompt, so it is left out of the comparison.
-    """
-    words = re.findall(r"[a-z0-9]+", text.replace(BOXED, " ").lower())
-    return {tuple(words[i : i + 3]) for i in range(len(words) - 2)} or {tuple(words)}
-
-
-def near_duplicate(a: set, b: set) -> bool:
-    """Jaccard similarity of two shingle sets reaches NEAR_DUPLICATE_JACCARD."""
-    return len(a & b) >= NEAR_DUPLICATE_JACCARD * len(a | b)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextvars
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import grpc
@@ -45,7 +45,6 @@ class FleetResult:
     outcomes: list[ReplicaOutcome]
     converged: bool
     summary: str = ""
-    events: list[str] = field(default_factory=list)
 
 
 def describe(err: Exception) -> str:

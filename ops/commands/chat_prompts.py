@@ -10,12 +10,11 @@ same file: {"turns": [text]} JSONL, one record a line.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from dspark.models.embedded_target.corpus import default_stdlib_root, load_corpus
 from dspark.models.errors import ConfigError
-from dspark.models.training.chat_prompts import MIN_CHAT_PROMPTS, generate_chat_prompts
+from dspark.models.training.chat_prompts import MIN_CHAT_PROMPTS, generate_chat_prompts, write_prompts
 from dspark.ops.arg_types import SEED, output_file
 
 MAX_COUNT = 1_000_000
@@ -36,7 +35,6 @@ def run(args: argparse.Namespace) -> int:
     if not MIN_CHAT_PROMPTS <= args.count <= MAX_COUNT:
         raise ConfigError(f"--count must be in [{MIN_CHAT_PROMPTS}, {MAX_COUNT}], got {args.count}")
     records = generate_chat_prompts(load_corpus(args.stdlib or default_stdlib_root()), args.count, seed=args.seed)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    write_prompts(records, args.out)
     print(f"wrote {len(records)} chat prompts (seed {args.seed}) to {args.out}")
     return 0

@@ -17,8 +17,6 @@ import ctypes
 
 import torch
 
-IS_DSPARK_CPU_SHIM = True
-
 
 def copy_all_layer_kv_cache_cpu(data_ptrs: torch.Tensor, strides: torch.Tensor, tgt_loc: torch.Tensor,
                                 src_loc: torch.Tensor) -> None:

@@ -1,6 +1,7 @@
 """Chat training prompts: deterministic, diverse, in the eval sets' format, and disjoint from every eval prompt."""
 import collections
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -8,13 +9,7 @@ import pytest
 from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, default_stdlib_root, load_corpus
 from dspark.models.errors import ConfigError
 from dspark.models.prompts import read_turns
-from dspark.models.training.chat_prompts import (
-    BOXED,
-    generate_chat_prompts,
-    near_duplicate,
-    shingles,
-    write_prompts,
-)
+from dspark.models.training.chat_prompts import BOXED, generate_chat_prompts, write_prompts
 from dspark.models.training.documents import BUILTIN_CHAT_PROMPTS
 
 EVAL_PROMPTS = Path(__file__).resolve().parents[4] / "shared" / "data" / "eval_prompts"
@@ -40,6 +35,22 @@ def test_generation_is_deterministic_and_seeded():
     assert a == b and a != generate_chat_prompts(corpus, 60, seed=2)
     with pytest.raises(ConfigError, match="count must be >= 3"):
         generate_chat_prompts(corpus, 2)
+
+NEAR_DUPLICATE_JACCARD = 0.5
+
+
+def shingles(text: str) -> set[tuple[str, ...]]:
+    """Word 3-grams of the lower-cased text (punctuation dropped); short texts give their word tuple.
+
+    The BOXED instruction is boilerplate shared by every math prompt, so it is left out of the comparison.
+    """
+    words = re.findall(r"[a-z0-9]+", text.replace(BOXED, " ").lower())
+    return {tuple(words[i : i + 3]) for i in range(len(words) - 2)} or {tuple(words)}
+
+
+def near_duplicate(a: set, b: set) -> bool:
+    """Jaccard similarity of two shingle sets reaches NEAR_DUPLICATE_JACCARD."""
+    return len(a & b) >= NEAR_DUPLICATE_JACCARD * len(a | b)
 
 
 def test_near_duplicate_detects_small_edits():
