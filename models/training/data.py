@@ -44,6 +44,7 @@ from transformers import DynamicCache
 from dspark.kernels import warping
 from dspark.kernels.warping import SamplingParams
 from dspark.models.errors import ConfigError
+from dspark.models.training.regenerate import ReplySampling
 
 SOURCES = ("generations", "corpus", "chat")
 
@@ -63,9 +64,9 @@ class DataConfig:
     num_samples: int = 2048
     prompt_len: int = 64  # chat: the longest prompt kept
     response_len: int = 128
-    temperature: float = 0.7  # DeepSpec's regeneration settings; 0 = greedy
-    top_p: float = 0.8
-    top_k: int = 20
+    temperature: float = ReplySampling.temperature  # DeepSpec's regeneration settings; 0 = greedy
+    top_p: float = ReplySampling.top_p
+    top_k: int = ReplySampling.top_k
     generation_batch_size: int = 64
     seed: int = 42
 
@@ -75,11 +76,7 @@ class DataConfig:
         for name, bound in DATA_BOUNDS.items():
             if not 1 <= getattr(self, name) <= bound:
                 raise ConfigError(f"data {name} must be in [1, {bound}], got {getattr(self, name)}")
-        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
-            raise ConfigError(
-                f"sampling needs temperature >= 0, 0 < top_p <= 1, top_k >= 0 (0 = off); got "
-                f"temperature={self.temperature}, top_p={self.top_p}, top_k={self.top_k}"
-            )
+        ReplySampling(self.temperature, self.top_p, self.top_k)  # the replies' sampling, checked as regenerate's
 
     @property
     def seq_len(self) -> int:

@@ -11,13 +11,12 @@ import dataclasses
 import shlex
 from pathlib import Path
 
-import torch
-
 from dspark.models.embedded_target.corpus import (DEFAULT_HELD_OUT_PERCENT, HELD_OUT_PERCENT_RANGE, default_stdlib_root,
                                                    load_corpus)
 from dspark.models.embedded_target.train import TargetArchitecture, TrainSettings, train_target
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import BATCH, SEED, THREADS, finite_float, int_in, output_dir
+from dspark.ops.arg_types import BATCH, SEED, finite_float, int_in, output_dir
+from dspark.ops.commands.threads import add_threads_arg, use_threads
 
 # option name -> (TargetArchitecture field, argparse type with its bounds, help). The bounds keep every tensor
 # of a model this command can train on one machine (the dataclasses check the relations between fields).
@@ -55,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=output_dir, default=Path("embedded/target"), help="output directory")
     parser.add_argument("--stdlib", type=Path, default=None, help="stdlib root (default: this interpreter's)")
     parser.add_argument("--held-out-percent", type=int_in(*HELD_OUT_PERCENT_RANGE), default=DEFAULT_HELD_OUT_PERCENT)
-    parser.add_argument("--threads", type=THREADS, default=2, help="torch CPU threads")
+    add_threads_arg(parser)
     _add_dataclass_options(parser, ARCH_OPTIONS, TargetArchitecture)
     _add_dataclass_options(parser, TRAIN_OPTIONS, TrainSettings)
     parser.set_defaults(func=handle)
@@ -90,7 +89,7 @@ def handle(args: argparse.Namespace) -> int:
     arch = TargetArchitecture(**_from_options(args, ARCH_OPTIONS))
     settings = TrainSettings(**_from_options(args, TRAIN_OPTIONS))
     corpus = load_corpus(args.stdlib or default_stdlib_root(), args.held_out_percent)
-    torch.set_num_threads(args.threads)
+    use_threads(args)
     log = train_target(corpus, arch, settings, args.out, reproduce_command(args))
     print(
         f"wrote {args.out}: {log['parameters']:,} params, {log['steps']} steps, {log['tokens_seen']:,} tokens, "

@@ -12,11 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-import torch
-
 from dspark.models.cache import cache_root
 from dspark.models.targets.smollm2 import TARGETS, provide
-from dspark.ops.arg_types import THREADS, output_dir
+from dspark.ops.arg_types import output_dir
+from dspark.ops.commands.threads import add_threads_arg, use_threads
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,12 +24,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("name", choices=sorted(TARGETS), help="which target")
     parser.add_argument("--cache", type=output_dir, default=None,
                         help="cache root (default: $DSPARK_CACHE or ~/.cache/dspark)")
-    parser.add_argument("--threads", type=THREADS, default=2, help="torch CPU threads for the conversion check")
+    add_threads_arg(parser)
     parser.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    torch.set_num_threads(args.threads)
+    use_threads(args)
     log = lambda msg: print(f"dspark provide-target: {msg}", file=sys.stderr)  # noqa: E731
     directory = provide(args.cache or cache_root(), TARGETS[args.name], pip=(sys.executable, "-m", "pip"),
                         progress=log)

@@ -31,9 +31,10 @@ from dspark.models.errors import ConfigError
 from dspark.models.training.data import DATA_BOUNDS, SOURCES, DataConfig
 from dspark.models.target_io import computes_bf16_natively
 from dspark.models.training.run import BLOCK_LOSSES, DrafterSpec, TrainJob, train_job
-from dspark.models.training.trainer import KEEP_CHECKPOINTS, DistContext, TrainConfig
+from dspark.models.training.trainer import DistContext, TrainConfig
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import BATCH, SEED, THREADS, finite_float, int_in, output_dir, torch_device
+from dspark.ops.arg_types import BATCH, SEED, finite_float, int_in, output_dir, torch_device
+from dspark.ops.commands.threads import add_threads_arg, use_threads
 
 DEFAULT_DATA_CACHE = Path.home() / ".cache" / "dspark" / "train-data"
 DIST_TIMEOUT_MINUTES = 180.0  # torch's default is 30 (10 for NCCL in some builds): less than generating the data takes
@@ -53,11 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="export without the frozen copies of the target's embedding and lm_head (SGLang shares "
                          "the target's; load_drafter takes them from target_model)")
     io.add_argument("--device", type=torch_device, default=None, help="cpu / cuda (default: cuda if available; torchrun: cuda:LOCAL_RANK)")
-    io.add_argument("--threads", type=THREADS, default=2, help="torch CPU threads")
+    add_threads_arg(io)
     io.add_argument("--dist-timeout-minutes", type=finite_float, default=DIST_TIMEOUT_MINUTES,
                     help="torchrun: how long a rank waits at a collective (rank 0 generating the data or a rank "
                          "writing its feature shard keeps the others waiting), in [1, 10080]")
-    io.add_argument("--draft-vocab-size", type=int, default=8192,
+    io.add_argument("--draft-vocab-size", type=int, default=TrainJob.draft_vocab_size,
                     help="tokens in the exported draft_vocab.json: the most frequent the loss reads; with "
                          "--init-from-drafter, that drafter's vocabulary whole, then the most frequent it lacks "
                          "(models/drafters/draft_vocab.py)")
@@ -66,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "drafting with it proposes (~2x faster steps on SmolLM2; serve the drafter with its "
                          "draft_vocab.json, which dspark's engine and plugin do; an Eagle3 exports SGLang's own "
                          "draft head, d2t)")
-    io.add_argument("--loss", choices=tuple(BLOCK_LOSSES), default="sampling",
+    io.add_argument("--loss", choices=tuple(BLOCK_LOSSES), default=TrainJob.loss,
                     help="DSpark/DFlash: sampling (the paper's CE on the data plus total variation to the target) or "
                          "greedy (CE on the target's argmax, confidence on greedy acceptance: matched to greedy "
                          "verification; models/training/losses.py)")
@@ -74,17 +75,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="write <out>/draft_vocab.json from this recipe's data and stop (for a drafter trained before)")
 
     d = parser.add_argument_group("drafter")
-    d.add_argument("--block-size", type=int_in(1, 64), default=7, help="gamma: draft tokens per round (Eagle3: TTT steps)")
+    d.add_argument("--block-size", type=int_in(1, 64), default=DrafterSpec.block_size, help="gamma: draft tokens per round (Eagle3: TTT steps)")
     d.add_argument("--num-layers", type=int_in(1, 64), default=None, help="draft layers (default: 5, Eagle3 1)")
     d.add_argument("--target-layer-ids", type=int, nargs="+", default=None,
                    help="tapped target layers (default: 5 spread over 1..L-3, or all but the last for shallow targets)")
-    d.add_argument("--markov-head", choices=("vanilla", "gated", "rnn"), default="vanilla")
-    d.add_argument("--markov-rank", type=int_in(1, 16384), default=256)
+    d.add_argument("--markov-head", choices=("vanilla", "gated", "rnn"), default=DrafterSpec.markov_head)
+    d.add_argument("--markov-rank", type=int_in(1, 16384), default=DrafterSpec.markov_rank)
     d.add_argument("--no-confidence-head", action="store_true", help="DSpark without the confidence head")
     d.add_argument("--no-sample-from-anchor", action="store_true",
                    help="DFlash: original layout [anchor, MASK x gamma] reading slots 1..gamma (SGLang DFLASH)")
     d.add_argument("--mask-token-id", type=int, default=None, help="default: the target tokenizer's mask token")
-    d.add_argument("--n-anchors", type=int_in(1, 65536), default=512, help="anchor blocks sampled per sequence")
+    d.add_argument("--n-anchors", type=int_in(1, 65536), default=DrafterSpec.n_anchors, help="anchor blocks sampled per sequence")
     d.add_argument("--init-from-target", action="store_true",
                    help="start the draft layers from the target's top layers and fc from a pass-through of the "
                         "deepest tapped layer (default: off, a random init)")
@@ -93,7 +94,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="start from this trained drafter of the same architecture: fine-tune it on this job's data")
 
     data = parser.add_argument_group("data")
-    data.add_argument("--data-source", choices=SOURCES, default="generations",
+    data.add_argument("--data-source", choices=SOURCES, default=DataConfig.source,
                       help="generations: the target continues stdlib windows; corpus: the windows themselves; "
                            "chat: the target replies to chat prompts in its chat template")
     data.add_argument("--data", type=Path, default=None, metavar="FILE",
@@ -106,14 +107,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--builtin-prompts", type=int, default=None,
                       help="chat source: this many prompts of the built-in generated set too (default: 6000 without "
                            "--prompts-file, 0 with it)")
-    data.add_argument("--num-samples", type=int_in(1, DATA_BOUNDS["num_samples"]), default=2048)
-    data.add_argument("--prompt-len", type=int, default=64)
-    data.add_argument("--response-len", type=int, default=128)
-    data.add_argument("--temperature", type=finite_float, default=0.7,
+    data.add_argument("--num-samples", type=int_in(1, DATA_BOUNDS["num_samples"]), default=DataConfig.num_samples)
+    data.add_argument("--prompt-len", type=int, default=DataConfig.prompt_len)
+    data.add_argument("--response-len", type=int, default=DataConfig.response_len)
+    data.add_argument("--temperature", type=finite_float, default=DataConfig.temperature,
                       help="target sampling for the responses (0: greedy)")
-    data.add_argument("--top-p", type=finite_float, default=0.8)
-    data.add_argument("--top-k", type=int, default=20)
-    data.add_argument("--data-seed", type=SEED, default=42)
+    data.add_argument("--top-p", type=finite_float, default=DataConfig.top_p)
+    data.add_argument("--top-k", type=int, default=DataConfig.top_k)
+    data.add_argument("--data-seed", type=SEED, default=DataConfig.seed)
     data.add_argument("--stdlib", type=Path, default=None, help="stdlib root for prompts (default: this interpreter's)")
     data.add_argument("--held-out-percent", type=int_in(*HELD_OUT_PERCENT_RANGE),
                       default=DEFAULT_HELD_OUT_PERCENT)
@@ -129,14 +130,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "export is the drafter of the best one (default 0: one check at the end)")
 
     t = parser.add_argument_group("optimisation")
-    t.add_argument("--steps", type=int, default=1000, help="optimizer steps (the LR schedule spans them)")
+    t.add_argument("--steps", type=int, default=TrainConfig.steps, help="optimizer steps (the LR schedule spans them)")
     t.add_argument("--minutes", type=finite_float, default=None, help="stop early after this much training wall time")
-    t.add_argument("--lr", type=finite_float, default=6e-4)
-    t.add_argument("--weight-decay", type=finite_float, default=0.0)
-    t.add_argument("--warmup-frac", type=finite_float, default=0.04)
-    t.add_argument("--grad-clip", type=finite_float, default=1.0)
-    t.add_argument("--batch-size", type=BATCH, default=8, help="sequences per micro-batch per rank")
-    t.add_argument("--grad-accum", type=int_in(1, 1024), default=1)
+    t.add_argument("--lr", type=finite_float, default=TrainConfig.lr)
+    t.add_argument("--weight-decay", type=finite_float, default=TrainConfig.weight_decay)
+    t.add_argument("--warmup-frac", type=finite_float, default=TrainConfig.warmup_frac)
+    t.add_argument("--grad-clip", type=finite_float, default=TrainConfig.grad_clip)
+    t.add_argument("--batch-size", type=BATCH, default=TrainConfig.batch_size, help="sequences per micro-batch per rank")
+    t.add_argument("--grad-accum", type=int_in(1, 1024), default=TrainConfig.grad_accum)
     t.add_argument("--bf16", action="store_true",
                    help="bf16 autocast of the target (data generation, features) and drafter forwards")
     t.add_argument("--fsdp", action="store_true",
@@ -145,11 +146,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--shard-target", action="store_true",
                    help="torchrun: shard the frozen target's decoder layers over the ranks (FSDP2), for a target "
                         "that does not fit on one device; needs --data, and with --fsdp --eval-samples 0")
-    t.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: only at the end)")
-    t.add_argument("--keep-checkpoints", type=int_in(1, 10_000), default=KEEP_CHECKPOINTS,
+    t.add_argument("--checkpoint-every", type=int, default=TrainConfig.checkpoint_every, help="steps between checkpoints (0: only at the end)")
+    t.add_argument("--keep-checkpoints", type=int_in(1, 10_000), default=TrainConfig.keep_checkpoints,
                    help="the newest checkpoints kept (older ones are deleted: each holds the optimizer state)")
-    t.add_argument("--log-every", type=int, default=10)
-    t.add_argument("--seed", type=SEED, default=42)
+    t.add_argument("--log-every", type=int, default=TrainConfig.log_every)
+    t.add_argument("--seed", type=SEED, default=TrainConfig.seed)
     parser.set_defaults(func=handle, _parser=parser)
 
 
@@ -245,7 +246,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
 
 def handle(args: argparse.Namespace) -> int:
     job = build_job(args)  # validates everything before any model is loaded
-    torch.set_num_threads(args.threads)
+    use_threads(args)
     dist = dist_context(args.device, args.dist_timeout_minutes)
     if args.bf16 and not computes_bf16_natively(dist.device):
         print(f"dspark train: warning: --bf16 on {dist.device}, which has no native bf16 (no avx512_bf16 / AMX): "

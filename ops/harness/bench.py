@@ -34,7 +34,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
 
 from dspark.kernels.warping import GREEDY, SamplingParams  # noqa: E402
 from dspark.models.decoding.cpu_linears import linear_plans  # noqa: E402
@@ -47,7 +46,8 @@ from dspark.models.prompts import encode_chat, load_prompts  # noqa: E402
 from dspark.models.evaluation.paired import format_ratio, paired_ratio, timed_in_turns  # noqa: E402
 from dspark.models.evaluation.plots import plot_accepted_lengths, plot_acceptance, save  # noqa: E402
 from dspark.models.evaluation.run import EvalSettings, evaluate, warm_up  # noqa: E402
-from dspark.ops.arg_types import BATCH, MAX_NEW_TOKENS, SEED, THREADS, output_dir  # noqa: E402
+from dspark.ops.arg_types import BATCH, MAX_NEW_TOKENS, SEED, output_dir  # noqa: E402
+from dspark.ops.commands.threads import add_threads_arg, use_threads  # noqa: E402
 from dspark.ops.commands.decoding_args import (add_drafter_dtype_arg, add_drafting_arg,  # noqa: E402
                                               add_cpu_linears_arg, add_draft_vocab_arg, draft_vocab_size,
                                               dtype_name, startup_sps)
@@ -74,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_cpu_linears_arg(parser)
     add_draft_vocab_arg(parser)
     parser.add_argument("--seed", type=SEED, default=0)
-    parser.add_argument("--threads", type=THREADS, default=2)
+    add_threads_arg(parser)
     parser.add_argument("--out", type=output_dir, required=True)
     parser.set_defaults(func=run)
 
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--speed-prompts {args.speed_prompts} asks for more prompts than the datasets hold taken "
                           f"round-robin ({round_robin}: as many from each as the shortest has, at most --prompts "
                           f"{args.prompts}): raise --prompts or lower --speed-prompts")
-    torch.set_num_threads(args.threads)
+    use_threads(args)
     target = load_target(args.target, cpu_linears=args.cpu_linears)
     drafters = {kind: load_drafter_for(path, target, args.drafter_dtype, args.cpu_linears, args.draft_vocab)
                 for kind, path in drafter_paths.items()}

@@ -150,5 +150,8 @@ def test_data_config_validation():
         DataConfig(prompt_len=10 ** 12)
     with pytest.raises(ConfigError, match=r"data num_samples must be in \[1, 10000000\], got 0"):
         DataConfig(num_samples=0)
-    with pytest.raises(ConfigError, match="top_p"):
+    # the replies' sampling is checked as `dspark regenerate` checks it (ReplySampling), flags named
+    with pytest.raises(ConfigError, match=r"--top-p must be in \(0, 1\], got 0.0"):
         DataConfig(top_p=0.0)
+    with pytest.raises(ConfigError, match=r"--temperature must be in \[0, 100\], got 1000.0"):
+        DataConfig(temperature=1000.0)
