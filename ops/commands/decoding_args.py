@@ -67,14 +67,17 @@ def draft_vocab_size(drafter) -> int:
     return drafter.config.vocab_size if drafter.draft_vocab is None else len(drafter.draft_vocab.token_ids)
 
 
-def add_sampling_args(parser: argparse.ArgumentParser, temperature: float, max_new_tokens: int) -> None:
+def add_sampling_args(parser: argparse.ArgumentParser, temperature: float, max_new_tokens: int,
+                      batch_size: bool = True) -> None:
+    """The sampling flags, and --batch-size unless the command batches requests its own way."""
     group = parser.add_argument_group("sampling")
     group.add_argument("--max-new-tokens", type=MAX_NEW_TOKENS, default=max_new_tokens)
     group.add_argument("--temperature", type=finite_float, default=temperature, help="0: greedy")
     group.add_argument("--top-k", type=int, default=0, help="0: off")
     group.add_argument("--top-p", type=finite_float, default=1.0, help="1: off")
     group.add_argument("--seed", type=SEED, default=0)
-    group.add_argument("--batch-size", type=BATCH, default=1, help="requests decoded together")
+    if batch_size:
+        group.add_argument("--batch-size", type=BATCH, default=1, help="requests decoded together")
 
 
 def add_verify_args(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:

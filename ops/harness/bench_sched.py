@@ -36,9 +36,9 @@ from dspark.models.evaluation.plots import plot_accepted_lengths, plot_load, plo
 from dspark.models.evaluation.scheduling import NO_SPEC, LoadSettings, measure_load, with_no_spec_ratio
 from dspark.models.evaluation.simulate import SIMULATION, extend_sps, fit_cost, simulate, simulate_no_spec
 from dspark.models.portable_paths import portable
-from dspark.ops.arg_types import BATCH, MAX_NEW_TOKENS, SEED, finite_float, int_in, output_dir
-from dspark.ops.commands.decoding_args import (add_drafting_arg, add_model_args, dtype_name, load_models,
-                                               sampling_params)
+from dspark.ops.arg_types import BATCH, finite_float, int_in, output_dir
+from dspark.ops.commands.decoding_args import (add_drafting_arg, add_model_args, add_sampling_args, dtype_name,
+                                               load_models, sampling_params)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,11 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--concurrency", type=BATCH, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     parser.add_argument("--simulate-to", type=int_in(0, 4096), default=1024,
                         help="largest simulated concurrency (0: none)")
-    parser.add_argument("--max-new-tokens", type=MAX_NEW_TOKENS, default=48)
-    parser.add_argument("--temperature", type=finite_float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=0)
-    parser.add_argument("--top-p", type=finite_float, default=1.0)
-    parser.add_argument("--seed", type=SEED, default=0)
+    add_sampling_args(parser, temperature=1.0, max_new_tokens=48, batch_size=False)  # batches: --concurrency
     parser.add_argument("--repeats", type=int_in(1, 1000), default=3,
                         help="runs of every (policy, concurrency), in rotating order: the median is reported")
     parser.add_argument("--threshold", type=finite_float, default=0.3,
