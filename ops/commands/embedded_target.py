@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import shlex
 from pathlib import Path
 
 from dspark.models.embedded_target.corpus import (DEFAULT_HELD_OUT_PERCENT, HELD_OUT_PERCENT_RANGE, default_stdlib_root,
                                                    load_corpus)
 from dspark.models.embedded_target.train import TargetArchitecture, TrainSettings, train_target
-from dspark.models.portable_paths import portable
 from dspark.ops.arg_types import BATCH, SEED, finite_float, int_in, output_dir
+from dspark.ops.commands.reproduce import reproduce_command
 from dspark.ops.commands.threads import add_threads_arg, use_threads
 
 # option name -> (TargetArchitecture field, argparse type with its bounds, help). The bounds keep every tensor
@@ -57,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_threads_arg(parser)
     _add_dataclass_options(parser, ARCH_OPTIONS, TargetArchitecture)
     _add_dataclass_options(parser, TRAIN_OPTIONS, TrainSettings)
-    parser.set_defaults(func=handle)
+    parser.set_defaults(func=handle, _parser=parser)
 
 
 def _add_dataclass_options(parser: argparse.ArgumentParser, options: dict, config_class: type) -> None:
@@ -72,25 +71,12 @@ def _from_options(args: argparse.Namespace, options: dict) -> dict:
     return {field: getattr(args, name.replace("-", "_")) for name, (field, _, _) in options.items()}
 
 
-def reproduce_command(args: argparse.Namespace) -> str:
-    """The command line with every option spelled out (unset budgets omitted)."""
-    parts = ["dspark embedded-target", f"--out {shlex.quote(portable(args.out))}",
-             f"--held-out-percent {args.held_out_percent}", f"--threads {args.threads}"]
-    if args.stdlib is not None:
-        parts.append(f"--stdlib {shlex.quote(portable(args.stdlib))}")
-    for name in (*ARCH_OPTIONS, *TRAIN_OPTIONS):
-        value = getattr(args, name.replace("-", "_"))
-        if value is not None:
-            parts.append(f"--{name} {value:g}" if isinstance(value, float) else f"--{name} {value}")
-    return " ".join(parts)
-
-
 def handle(args: argparse.Namespace) -> int:
     arch = TargetArchitecture(**_from_options(args, ARCH_OPTIONS))
     settings = TrainSettings(**_from_options(args, TRAIN_OPTIONS))
     corpus = load_corpus(args.stdlib or default_stdlib_root(), args.held_out_percent)
     use_threads(args)
-    log = train_target(corpus, arch, settings, args.out, reproduce_command(args))
+    log = train_target(corpus, arch, settings, args.out, reproduce_command("embedded-target", args._parser, args))
     print(
         f"wrote {args.out}: {log['parameters']:,} params, {log['steps']} steps, {log['tokens_seen']:,} tokens, "
         f"{log['train_seconds'] / 60:.1f} min, held-out perplexity {log['held_out_perplexity']:.2f}"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import shlex
 import sys
 from pathlib import Path
 
@@ -32,8 +31,8 @@ from dspark.models.training.data import DATA_BOUNDS, SOURCES, DataConfig
 from dspark.models.target_io import computes_bf16_natively
 from dspark.models.training.run import BLOCK_LOSSES, DrafterSpec, TrainJob, train_job
 from dspark.models.training.trainer import DistContext, TrainConfig
-from dspark.models.portable_paths import portable
 from dspark.ops.arg_types import BATCH, SEED, finite_float, int_in, output_dir, torch_device
+from dspark.ops.commands.reproduce import reproduce_command
 from dspark.ops.commands.threads import add_threads_arg, use_threads
 
 DEFAULT_DATA_CACHE = Path.home() / ".cache" / "dspark" / "train-data"
@@ -154,23 +153,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=handle, _parser=parser)
 
 
-def reproduce_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
-    """`dspark train` with every option that has a value spelled out (flags only when set)."""
-    parts = ["dspark", "train"]
-    for action in parser._actions:
-        value = getattr(args, action.dest, None)
-        if not action.option_strings or action.dest == "help" or value is None or value is False:
-            continue
-        flag = action.option_strings[0]
-        if value is True:
-            parts.append(flag)
-        elif isinstance(value, list):
-            parts += [flag, *map(portable, value)]
-        else:
-            parts += [flag, portable(value)]
-    return shlex.join(parts)
-
-
 def dist_context(device: str | None, timeout_minutes: float = DIST_TIMEOUT_MINUTES) -> DistContext:
     """Read torchrun's environment; initialise torch.distributed only when WORLD_SIZE > 1."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -240,7 +222,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
         init_from_drafter=args.init_from_drafter,
         draft_vocab_size=args.draft_vocab_size, only_draft_vocab=args.only_draft_vocab,
         loss_over_draft_vocab=args.loss_over_draft_vocab, loss=args.loss,
-        command=reproduce_command(args._parser, args),
+        command=reproduce_command("train", args._parser, args),
     )
 
 
