@@ -28,7 +28,6 @@ Each function takes the scheduler process's `SchedulerState` (scheduler_state.py
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,7 +105,7 @@ def profiled_table(state: SchedulerState) -> str:
 
 def written(table: SpsTable, folder) -> Path:
     """`table` as JSON in `folder`, named by its content; the path."""
-    text = json.dumps(table.to_json(), indent=1) + "\n"
+    text = table.to_text()
     path = folder / f"sps-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)

@@ -28,7 +28,6 @@ ProfileSps (the admin plane) asks the schedulers to measure again, on the live r
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import platform
 import time
@@ -40,6 +39,7 @@ import torch
 import torch.distributed
 
 from dspark.kernels.sps import SpsTable
+from dspark.models.cache import key_digest
 from dspark.models.decoding.sps_paths import sps_dirs, sps_write_dir
 from dspark.models.decoding.sps_profile import load_sps, measure_table, probe_sizes
 from dspark.models.errors import ConfigError
@@ -78,8 +78,7 @@ def content_revision(model: Path) -> str:
 
 
 def cache_name(key: dict) -> str:
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return f"{Path(key['model']).name}-{digest}.json"
+    return f"{Path(key['model']).name}-{key_digest(key)}.json"
 
 
 def cache_path(key: dict) -> Path:

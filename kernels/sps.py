@@ -66,5 +66,8 @@ class SpsTable:
     def to_json(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
+    def to_text(self) -> str:
+        return json.dumps(self.to_json(), indent=1) + "\n"
+
     def save(self, path: Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        Path(path).write_text(self.to_text())

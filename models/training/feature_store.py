@@ -17,7 +17,6 @@ a complete store is read by any number of ranks, whatever number wrote it.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -26,6 +25,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from dspark.models.cache import key_digest
 from dspark.models.errors import ConfigError
 from dspark.models.target_features import capture_target_features
 from dspark.models.training.data import TokenDataset
@@ -62,7 +62,7 @@ class StoreLayout:
 
 
 def store_directory(root: Path, key: dict) -> Path:
-    return Path(root) / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return Path(root) / key_digest(key)
 
 
 def _shard_file(directory: Path, shard: int, part: str) -> Path:

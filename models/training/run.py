@@ -23,13 +23,12 @@ for that taps every layer but the last (the embedded target's 4 layers give [0, 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from dspark.models.cache import key_digest
 from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
 from dspark.models.drafters.draft_vocab import load_draft_vocab
 from dspark.models.embedded_target.corpus import is_held_out, load_corpus
@@ -181,7 +180,7 @@ def cached_dataset(documents, cfg: DataConfig, target, eos_id: int, key: dict, c
                    every_rank: bool = False):
     """Load the dataset for `key` from cache_dir, or build it on rank 0 and save it while the other ranks wait, then
     load it. every_rank: the target is sharded, so every rank builds it together (rank 0 saves; no partial file)."""
-    path = cache_dir / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16] + ".pt")
+    path = cache_dir / f"{key_digest(key)}.pt"
     if every_rank:
         build = bool(dist.max_over_ranks(int(load_dataset(path, key) is None)))
     else:
