@@ -71,17 +71,17 @@ def route_table(app) -> dict[str, RouteKind]:
 
 class RouteClassifier:
     """The kind of the route a request goes to, matched against the app's own routes as Starlette matches them.
-    Paths no route matches are OPEN (SGLang answers 404). Results are cached per (method, path) for the
-    routes without path parameters, which are all a request can name without varying its path."""
+    Paths no route matches are OPEN (SGLang answers 404). Results are cached per (type, method, path) in this
+    classifier's own bounded cache: clients sending random paths evict each other's entries but cannot grow it."""
 
     def __init__(self, app):
         self.app = app
+        self._kind = lru_cache(maxsize=256)(self._match)
 
     def __call__(self, scope) -> RouteKind:
         return self._kind(scope["type"], scope.get("method", ""), scope["path"])
 
-    @lru_cache(maxsize=256)  # a bounded cache: random paths cannot grow it
-    def _kind(self, scope_type: str, method: str, path: str) -> RouteKind:
+    def _match(self, scope_type: str, method: str, path: str) -> RouteKind:
         from starlette.routing import Match
 
         scope = {"type": scope_type, "method": method, "path": path, "root_path": ""}

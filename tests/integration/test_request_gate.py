@@ -23,6 +23,7 @@ import pytest
 
 from dspark.integration.request_gate import ModelBounds, Refused, check_body, parse
 from dspark.integration.request_limits import RequestLimits
+from dspark.integration.routes import RouteClassifier, RouteKind
 
 from tests.integration.dspark_serve import DsparkServe, target_greedy_answers
 from tests.integration.http_fuzz import VALID, fuzz_request
@@ -165,6 +166,24 @@ def test_every_route_sglang_serves_is_classed_and_every_generation_route_gated(t
     # A new SGLang route lands here (REFUSED until classed): class it in integration/routes.py
     assert by_kind["refused"] == ["POST /v1/audio/transcriptions", "WS /v1/realtime"]
     assert "POST /update_weights_from_disk" in by_kind["admin"] and "GET /health" in by_kind["open"]
+
+
+
+def test_the_route_cache_is_each_classifier_s_own_and_random_paths_cannot_grow_it():
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    async def generate_request(request):  # the name SGLang's /generate endpoint has
+        raise AssertionError("never called: only matched")
+
+    gated = RouteClassifier(Starlette(routes=[Route("/generate", generate_request, methods=["POST"])]))
+    empty = RouteClassifier(Starlette())
+    assert gated({"type": "http", "method": "POST", "path": "/generate"}) == RouteKind.GATED
+    for i in range(1000):
+        assert gated({"type": "http", "method": "GET", "path": f"/random/{i}"}) == RouteKind.OPEN
+    assert gated._kind.cache_info().currsize == 256 and empty._kind.cache_info().currsize == 0
+    assert gated({"type": "http", "method": "POST", "path": "/generate"}) == RouteKind.GATED  # evicted, matched again
+    assert empty({"type": "http", "method": "POST", "path": "/generate"}) == RouteKind.OPEN
 
 
 # ---------------------------------------------------------------- the real server
