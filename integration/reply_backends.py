@@ -75,7 +75,7 @@ class OfflineEngine:
 
     def __init__(self, target_dir: Path, cpu: bool, extra_args: list[str] = ()) -> None:
         if cpu:
-            os.environ.update(CPU_ENV)  # read by SGLang at import and by its scheduler processes
+            os.environ.update(CPU_ENV)  # for the rest of this process: SGLang reads it once, at import
         import sglang
         from sglang.srt.server_args import prepare_server_args
         from transformers import AutoTokenizer
