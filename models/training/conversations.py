@@ -97,11 +97,6 @@ def parse_record(line: str | bytes, where: str, limits: ConversationLimits = Con
     return parse_json_line(line, where, limits.max_line_bytes)
 
 
-def parse_conversation(line: str, where: str, limits: ConversationLimits = ConversationLimits()) -> list[Message]:
-    """The messages of one JSONL line (module docstring); ConfigError names `where` and what is wrong."""
-    return conversation_from_record(parse_record(line, where, limits), where, limits)
-
-
 def jsonl_records(path: Path, what: str, limits: ConversationLimits = ConversationLimits()):
     """(where, record) for each non-blank line of a JSONL file, parsed and bounded; `what` names the file in errors
     (a flag, say)."""

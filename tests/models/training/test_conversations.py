@@ -5,10 +5,15 @@ import json
 import pytest
 
 from dspark.models.errors import ConfigError
-from dspark.models.training.conversations import (ConversationLimits, parse_conversation, read_conversations,
-                                                  reply_skeleton)
+from dspark.models.training.conversations import (ConversationLimits, conversation_from_record, parse_record,
+                                                  read_conversations, reply_skeleton)
 
 USER, REPLY = {"role": "user", "content": "hi"}, {"role": "assistant", "content": "old reply"}
+
+
+def parse_conversation(line: str, where: str, limits: ConversationLimits = ConversationLimits()):
+    """One JSONL line as `dspark regenerate` and `dspark train --data` read it: parsed, bounded, its messages."""
+    return conversation_from_record(parse_record(line, where, limits), where, limits)
 
 
 @pytest.mark.parametrize("record", [
