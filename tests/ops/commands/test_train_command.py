@@ -96,7 +96,7 @@ def test_resume_picks_up_the_latest_checkpoint(tiny_setup):
     ("extra", "message"),
     [
         (["--target-layer-ids", "0", "2"], "final layer 2"),
-        (["--top-p", "0"], "top_p"),
+        (["--top-p", "0"], "--top-p must be in (0, 1], got 0.0"),
         (["--steps", "0"], "steps must be >= 1"),
         (["--draft-vocab-size", "0"], "--draft-vocab-size must be >= 1"),
         (["--shard-target"], "--shard-target needs --data"),
