@@ -3,27 +3,58 @@ OpenAI-compatible chat endpoint (`dspark serve --no-spec`, an SGLang deployment,
 
 Both offer `async reply(messages, sampling) -> (text, reply_tokens)` with sampling a dict of temperature, top_p,
 top_k (0: off) and max_new_tokens, and are closed with `close()`. What an endpoint answers is checked like any
-input: a reply that is not a string, or a token count that is not a non-negative integer, stops the run with a
-message naming the field.
+input: a reply that is not a string (or not encodable as UTF-8), a token count that is not a non-negative
+integer, an answer over MAX_ANSWER_BYTES or not JSON, a refused connection or a timeout stops the run with one
+line naming the URL and what was wrong (a ConfigError, as the CLI reports it).
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
 from dspark.integration.server import CPU_ENV, cpu_server_args
+from dspark.models.errors import ConfigError
 
 ENDPOINT_TIMEOUT_S = 3600.0  # one reply of a long conversation from a loaded server
 MAX_REPLY_CHARS = 4_000_000
+MAX_ANSWER_BYTES = 64 << 20  # an answer's body, read no further (a reply of MAX_REPLY_CHARS fits, escaped)
 
 
 def _checked(text, tokens, where: str) -> tuple[str, int]:
     if not isinstance(text, str) or len(text) > MAX_REPLY_CHARS:
-        raise RuntimeError(f"{where}: the reply's content is not a string of at most {MAX_REPLY_CHARS} characters")
+        raise ConfigError(f"{where}: the reply's content is not a string of at most {MAX_REPLY_CHARS} characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ConfigError(f"{where}: the reply's content is not valid Unicode ({err.reason} at {err.start})") from None
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
-        raise RuntimeError(f"{where}: completion_tokens is {str(tokens)[:40]!r}, not a non-negative integer")
+        raise ConfigError(f"{where}: completion_tokens is {str(tokens)[:40]!r}, not a non-negative integer")
     return text, tokens
+
+
+async def _answer(request, url: str):
+    """The JSON of a request's answer, its body bounded; any failure on the way is one ConfigError naming url."""
+    import aiohttp
+
+    try:
+        async with request as response:
+            status, body = response.status, bytearray()
+            async for chunk in response.content.iter_chunked(1 << 16):
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    break
+    except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+        raise ConfigError(f"{url}: {type(err).__name__}: {str(err)[:300] or 'no answer in time'}") from None
+    if len(body) > MAX_ANSWER_BYTES:
+        raise ConfigError(f"{url}: the answer is over {MAX_ANSWER_BYTES} bytes")
+    if status != 200:
+        raise ConfigError(f"{url} answered {status}: {body[:500].decode(errors='replace')}")
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise ConfigError(f"{url}: the answer is not JSON: {body[:200].decode(errors='replace')!r}") from None
 
 
 class OpenAIChatEndpoint:
@@ -42,9 +73,15 @@ class OpenAIChatEndpoint:
             self._session = aiohttp.ClientSession(headers=self.headers,
                                                   timeout=aiohttp.ClientTimeout(total=self.timeout_s))
         if self.model is None:  # the endpoint's first model, as a client of `dspark serve` would pick
-            async with self._session.get(f"{self.base_url}/v1/models") as response:
-                response.raise_for_status()
-                self.model = (await response.json())["data"][0]["id"]
+            url = f"{self.base_url}/v1/models"
+            body = await _answer(self._session.get(url), url)
+            try:
+                model = body["data"][0]["id"]
+            except (KeyError, IndexError, TypeError):
+                raise ConfigError(f"{url}: the answer has no data[0].id (pass --model)") from None
+            if not isinstance(model, str) or not model or len(model) > 1000:
+                raise ConfigError(f"{url}: data[0].id is {str(model)[:40]!r}, not a model name (pass --model)")
+            self.model = model
         return self._session
 
     async def reply(self, messages: list[dict], sampling: dict) -> tuple[str, int]:
@@ -54,14 +91,11 @@ class OpenAIChatEndpoint:
         if sampling["top_k"]:
             payload["top_k"] = sampling["top_k"]  # an extension SGLang and vLLM accept
         url = f"{self.base_url}/v1/chat/completions"
-        async with session.post(url, json=payload) as response:
-            if response.status != 200:
-                raise RuntimeError(f"{url} answered {response.status}: {(await response.text())[:500]}")
-            body = await response.json()
+        body = await _answer(session.post(url, json=payload), url)
         try:
             text, tokens = body["choices"][0]["message"]["content"], body["usage"]["completion_tokens"]
         except (KeyError, IndexError, TypeError):
-            raise RuntimeError(f"{url}: the answer has no choices[0].message.content and usage") from None
+            raise ConfigError(f"{url}: the answer has no choices[0].message.content and usage") from None
         return _checked(text, tokens, url)
 
     async def close(self) -> None:

@@ -23,7 +23,7 @@ from typing import Callable, Protocol
 
 from tqdm import tqdm
 
-from dspark.models.errors import ConfigError
+from dspark.models.errors import ConfigError, DsparkError
 from dspark.models.jsonl import appended_records
 from dspark.models.training.conversations import (Conversation, ConversationLimits, Message, conversation_from_record,
                                                   jsonl_records, reply_skeleton)
@@ -126,7 +126,7 @@ async def _fill(conversations: list[list[Message]], backend: ReplyBackend, out: 
             for index in todo:
                 messages, tokens = await regenerate_conversation(backend, conversations[index], settings)
                 record = {"index": index, "messages": messages, "reply_tokens": tokens, "sampling": settings}
-                sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+                sink.write(readable_line(record))
                 sink.flush()
                 written["conversations"] += 1
                 written["tokens"] += tokens
@@ -137,9 +137,29 @@ async def _fill(conversations: list[list[Message]], backend: ReplyBackend, out: 
             async with asyncio.TaskGroup() as group:  # one failure cancels the others; written records stay
                 for _ in range(concurrency):
                     group.create_task(worker())
+        except ExceptionGroup as failed:  # the CLI reports an input's error as one line: the first, unwrapped
+            refused, _ = failed.split(DsparkError)
+            if refused is None:
+                raise
+            raise refused.exceptions[0] from None
         finally:
             bar.close()
     return RegenerationSummary(written["conversations"], len(done), written["tokens"], time.monotonic() - start)
+
+
+def readable_line(record: dict, limits: ConversationLimits = ConversationLimits()) -> str:
+    """The record as a JSONL line that `--data` and a resumed run will read back (what they would refuse is
+    refused before it is written, naming the conversation)."""
+    where = f"conversation {record['index']}"
+    for message in record["messages"]:
+        if len(message["content"]) > limits.max_content_chars:
+            raise ConfigError(f"{where}: a reply of {len(message['content'])} characters is over the "
+                              f"{limits.max_content_chars} that --data reads back: lower --max-new-tokens")
+    line = json.dumps(record, ensure_ascii=False) + "\n"
+    if len(line.encode("utf-8")) > limits.max_line_bytes:
+        raise ConfigError(f"{where}: its record is {len(line.encode('utf-8'))} bytes, over the {limits.max_line_bytes} "
+                          "that --data reads back: lower --max-new-tokens")
+    return line
 
 
 def read_regenerated(path: Path, limits: ConversationLimits = ConversationLimits()) -> list[Conversation]:

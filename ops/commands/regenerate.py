@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from dataclasses import fields
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from dspark.models.errors import ConfigError
 from dspark.models.training.conversations import read_conversations
 from dspark.models.training.regenerate import ReplySampling, regenerate
 from dspark.ops.admin.security import read_secret
-from dspark.ops.arg_types import finite_float, int_in, output_file
+from dspark.ops.arg_types import finite_float, http_url, int_in, output_file
 
 DEFAULT_CONCURRENCY = 64
 SAMPLING_TYPES = {"temperature": finite_float, "top_p": finite_float, "top_k": int, "max_new_tokens": int}
@@ -35,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=output_file, required=True, help="JSONL output (appended to; a rerun resumes)")
     backend = parser.add_mutually_exclusive_group(required=True)
     backend.add_argument("--target", type=Path, help="run SGLang's offline Engine on this model directory")
-    backend.add_argument("--endpoint", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:30000")
+    backend.add_argument("--endpoint", type=http_url,
+                         help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:30000")
     parser.add_argument("--model", default=None, help="--endpoint: the model name (default: its first model)")
     parser.add_argument("--api-key-file", type=Path, default=None, help="--endpoint: a file holding its API key")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
