@@ -275,8 +275,9 @@ def load_drafter(directory, target_config: Any = None, *, target_model: Optional
         head = tensors["lm_head.weight"]
         tensors["lm_head.weight"] = head.clone().index_copy_(0, token_ids.to(head.device), rows.to(head))
     tensors = _with_all_vocab_rows(tensors, Path(directory), config.vocab_size)
-    drafter = DRAFTER_CLASSES[config.kind](config)
-    _check_weights(drafter, tensors, str(weights_path))
+    with torch.device("meta"):  # shapes only: a config.json that asks for terabytes allocates nothing
+        _check_weights(DRAFTER_CLASSES[config.kind](config), tensors, str(weights_path))
+    drafter = DRAFTER_CLASSES[config.kind](config)  # now the size of the weights file
     drafter.load_state_dict(tensors)
     return drafter.to(device=device, dtype=dtype or stored)
 

@@ -28,6 +28,8 @@ DRAFTER_KINDS = ("dspark", "dflash", "eagle3")
 MARKOV_HEAD_TYPES = ("vanilla", "gated", "rnn")
 SUPPORTED_ROPE_TYPES = ("default",)
 SUPPORTED_ACTIVATIONS = ("silu",)
+MAX_LAYERS = 64  # draft layers: a module each, so a config.json must not ask for a million of them
+MAX_BLOCK_SIZE = 64  # gamma: verify shapes, unrolled training steps and drafting loops grow with it
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,10 @@ class DrafterConfig:
         object.__setattr__(self, "target_layer_ids", tuple(self.target_layer_ids))
         _check_choice("kind", self.kind, DRAFTER_KINDS)
         for name in ("vocab_size", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                     "intermediate_size", "max_position_embeddings", "block_size", "num_hidden_layers"):
+                     "intermediate_size", "max_position_embeddings"):
             _check_int(name, getattr(self, name), minimum=1)
+        _check_int("block_size", self.block_size, minimum=1, maximum=MAX_BLOCK_SIZE)
+        _check_int("num_hidden_layers", self.num_hidden_layers, minimum=1, maximum=MAX_LAYERS)
         _check_int("num_target_layers", self.num_target_layers, minimum=2,
                    why="a target needs a layer below its final one to tap")
         _check_int("markov_rank", self.markov_rank, minimum=0)
@@ -189,10 +193,11 @@ def check_target_layer_ids(layer_ids, num_target_layers: int) -> None:
                               f"last hidden_states entry is post-norm); pick ids in 0..{last - 1}")
 
 
-def _check_int(name: str, value: Any, *, minimum: int, why: str = "") -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+def _check_int(name: str, value: Any, *, minimum: int, maximum: Optional[int] = None, why: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
         reason = f" ({why})" if why else ""
-        raise ConfigError(f"{name} must be an integer >= {minimum}{reason}, got {value!r}")
+        raise ConfigError(f"{name} must be an integer {bound}{reason}, got {value!r}")
 
 
 def _check_choice(name: str, value: Any, choices) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, HELD_OUT_PERCENT_RANGE, default_stdlib_root
+from dspark.models.drafters.config import MAX_BLOCK_SIZE, MAX_LAYERS
 from dspark.models.errors import ConfigError
 from dspark.models.training.data import DATA_BOUNDS, SOURCES, DataConfig
 from dspark.models.target_io import computes_bf16_natively
@@ -74,8 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="write <out>/draft_vocab.json from this recipe's data and stop (for a drafter trained before)")
 
     d = parser.add_argument_group("drafter")
-    d.add_argument("--block-size", type=int_in(1, 64), default=DrafterSpec.block_size, help="gamma: draft tokens per round (Eagle3: TTT steps)")
-    d.add_argument("--num-layers", type=int_in(1, 64), default=None, help="draft layers (default: 5, Eagle3 1)")
+    d.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=DrafterSpec.block_size, help="gamma: draft tokens per round (Eagle3: TTT steps)")
+    d.add_argument("--num-layers", type=int_in(1, MAX_LAYERS), default=None, help="draft layers (default: 5, Eagle3 1)")
     d.add_argument("--target-layer-ids", type=int, nargs="+", default=None,
                    help="tapped target layers (default: 5 spread over 1..L-3, or all but the last for shallow targets)")
     d.add_argument("--markov-head", choices=("vanilla", "gated", "rnn"), default=DrafterSpec.markov_head)

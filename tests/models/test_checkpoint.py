@@ -120,6 +120,18 @@ def test_weights_that_do_not_match_the_config_are_named(tiny_target, saved, tmp_
 
 
 @pytest.mark.parametrize("changes, message", [
+    (dict(intermediate_size=10 ** 13), r"mlp.gate_proj.weight is \(\d+, \d+\), expected \(10000000000000, "),
+    (dict(num_hidden_layers=10 ** 6), r"num_hidden_layers must be an integer in \[1, 64\], got 1000000"),
+    (dict(num_attention_heads=10 ** 9, num_key_value_heads=10 ** 9), "wrong shapes"),
+])
+def test_a_config_asking_for_more_than_its_weights_is_refused_before_allocating(tiny_target, saved, tmp_path, changes,
+                                                                                 message):
+    """Shapes are compared on the meta device: terabytes that config.json asks for are never allocated."""
+    with pytest.raises(CheckpointError, match=message):
+        load_drafter(copy_checkpoint(saved["dspark_vanilla"][1], tmp_path, **changes), tiny_target.config)
+
+
+@pytest.mark.parametrize("changes, message", [
     (dict(architectures=["LlamaForCausalLM"]), "not a dspark drafter checkpoint"),
     (dict(target_layer_ids=None), "required field 'target_layer_ids' is missing"),
     (dict(block_size="4"), "block_size must be a int"),

@@ -39,7 +39,7 @@ def test_copies_target_dimensions(tiny_target):
     (dict(mask_token_id=None), "needs mask_token_id"),
     (dict(markov_rank=0), "needs markov_rank > 0"),
     (dict(markov_head_type="lstm"), "markov_head_type must be one of"),
-    (dict(block_size=0), "block_size must be an integer >= 1"),
+    (dict(block_size=0), r"block_size must be an integer in \[1, 64\], got 0"),
     (dict(confidence_head_with_markov=True), "needs enable_confidence_head=True"),
     (dict(kind="dflash"), "has no Markov or confidence head"),
     (dict(kind="eagle3", markov_rank=0), "one-layer drafter"),
