@@ -337,6 +337,9 @@ def _eagle3_draft_head(tensors: dict, directory: Path, vocab_size: int, hidden_s
 
 def _with_all_vocab_rows(tensors: dict, directory: Path, vocab_size: int) -> dict:
     """A compact checkpoint's Markov tables scattered back to vocab_size rows, zeros outside its draft vocabulary."""
+    scalars = [name for name in DRAFT_VOCAB_ROWS if name in tensors and tensors[name].dim() == 0]
+    if scalars:
+        raise CheckpointError(f"{directory / WEIGHTS_FILE}: {' / '.join(scalars)} must be a table of rows, got a scalar")
     compact = [name for name in DRAFT_VOCAB_ROWS if name in tensors and tensors[name].shape[0] != vocab_size]
     if not compact:
         return tensors
@@ -360,7 +363,7 @@ def is_compact(directory) -> bool:
     config = read_drafter_config(directory)
     try:
         with safe_open(str(path), framework="pt") as handle:
-            return any(handle.get_slice(name).get_shape()[0] != config.vocab_size
+            return any(handle.get_slice(name).get_shape()[:1] != [config.vocab_size]
                        for name in DRAFT_VOCAB_ROWS if name in handle.keys())
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{path} cannot be read as safetensors: {err}") from err

@@ -17,6 +17,7 @@ shown twice.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Callable
 
@@ -63,7 +64,8 @@ class RunMonitor:
         drafter.train(was_training)
         entry = {"step": step, **metrics}
         self.evaluations.append(entry)
-        is_best = self.best is None or metrics["tau"] > self.best["tau"]
+        # a non-finite tau (a check that decoded nothing) is never the best: a NaN would block every later one
+        is_best = math.isfinite(metrics["tau"]) and (self.best is None or metrics["tau"] > self.best["tau"])
         if is_best:
             self.best = entry
         if not self.writes:

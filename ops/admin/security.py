@@ -53,7 +53,8 @@ MAX_SECRET_BYTES = 4096  # a key or token file larger than this is not one
 
 def read_secret(path: Path, what: str) -> str:
     """A key or token file's text, stripped; refused, naming `what` and the path, when it is missing, larger than
-    MAX_SECRET_BYTES or not UTF-8 (read with a bound: a device or a huge file is never read whole)."""
+    MAX_SECRET_BYTES, not UTF-8, or holds a control character inside (an HTTP header or gRPC metadata could not
+    carry it; read with a bound: a device or a huge file is never read whole)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{what} {path} does not exist")
@@ -62,9 +63,14 @@ def read_secret(path: Path, what: str) -> str:
     if len(data) > MAX_SECRET_BYTES:
         raise ConfigError(f"{what} {path} is over {MAX_SECRET_BYTES} bytes: not a key or token file")
     try:
-        return data.decode("utf-8").strip()
+        text = data.decode("utf-8").strip()
     except UnicodeDecodeError as err:
         raise ConfigError(f"{what} {path} is not UTF-8 text (byte {err.start})") from None
+    control = next((i for i, char in enumerate(text) if not char.isprintable()), None)
+    if control is not None:
+        raise ConfigError(f"{what} {path} holds a control character at {control} ({text[control]!r}): one line of "
+                          "printable text")
+    return text
 
 
 @dataclass(frozen=True)

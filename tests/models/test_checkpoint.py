@@ -111,6 +111,7 @@ def copy_checkpoint(source, directory, tensors=None, **config_changes):
     (lambda t: t.update(extra=torch.zeros(2)), r"unexpected weights \['extra'\]"),
     (lambda t: t.update({"fc.weight": torch.zeros(32, 64)}), r"fc.weight is \(32, 64\), expected \(32, 96\)"),
     (lambda t: t.pop("markov_head.markov_w2.weight"), "missing weights"),
+    (lambda t: t.update({"markov_head.markov_w1.weight": torch.tensor(1.0)}), "markov_w1.weight must be a table"),
 ])
 def test_weights_that_do_not_match_the_config_are_named(tiny_target, saved, tmp_path, edit, message):
     tensors = load_file(str(saved["dspark_vanilla"][1] / "model.safetensors"))

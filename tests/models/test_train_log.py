@@ -17,3 +17,12 @@ def test_the_train_log_keeps_every_field_and_each_term_to_six_digits(history):
     assert [entry["loss"] for entry in read["history"]] == [float(f"{e['loss']:.6g}") for e in history]
     assert [line.strip(" ,") for line in text.splitlines() if line.startswith("  {")] == \
         [json.dumps(entry) for entry in read["history"]], "one history entry a line"
+
+
+def test_a_diverged_loss_is_null_so_strict_readers_read_the_log():
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    log = {"final": {"loss": float("inf")}, "history": [{"step": 1, "loss": float("nan"), "lr": 1e-4}]}
+    read = json.loads(train_log_text(log), parse_constant=refuse)
+    assert read == {"final": {"loss": None}, "history": [{"step": 1, "loss": None, "lr": 1e-4}]}

@@ -92,6 +92,7 @@ def test_the_restart_signal_goes_only_to_the_parent_process(tmp_path, capsys):
 @pytest.mark.parametrize("content, message", [
     (b"\xff\xfe" + b"k" * 30, "is not UTF-8 text (byte 0)"),
     (b"k" * 5000, "is over 4096 bytes: not a key or token file"),
+    (b"k" * 20 + b"\n" + b"k" * 20 + b"\n", r"holds a control character at 20 ('\n'): one line of printable text"),
 ])
 def test_a_key_file_that_is_not_one_is_refused_by_name(tmp_path, capsys, content, message):
     key = tmp_path / "key"

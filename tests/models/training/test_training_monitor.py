@@ -54,3 +54,11 @@ def test_a_monitor_that_does_not_write_evaluates_and_tracks_the_best_alone(tmp_p
     monitor.close()
     assert [e["tau"] for e in monitor.evaluations] == [0.5, 0.9] and monitor.best == {"step": 2, "tau": 0.9}
     assert list(tmp_path.iterdir()) == [], "rank 0 writes the event files and the best weights"
+
+
+def test_a_check_whose_tau_is_not_finite_is_never_the_best(tmp_path):
+    taus = iter([float("nan"), 0.5, float("inf"), 0.4])
+    monitor = RunMonitor(tmp_path, evaluate=lambda: {"tau": next(taus)}, eval_every=1, writes=False)
+    for step in (1, 2, 3, 4):
+        monitor.after_step(step, torch.nn.Linear(2, 2))
+    assert monitor.best == {"step": 2, "tau": 0.5}
