@@ -74,6 +74,9 @@ def _progress_file(directory: Path, shard: int) -> Path:
 
 
 def _read_json(path: Path, what: str):
+    if not path.is_file():  # a FIFO would block the run, a directory cannot be read
+        raise ConfigError(f"feature store {what} {path} is not a regular file: delete the store's directory to write "
+                          "it again")
     try:
         with path.open("rb") as handle:  # a manifest is a few hundred bytes: more than 1 MiB is not one
             return json.loads(handle.read(1 << 20))
@@ -141,7 +144,11 @@ def write_shard(directory: Path, key: dict, layout: StoreLayout, shard: int, tar
     handles = {}
     for part in PARTS:
         path = _shard_file(directory, shard, part)
-        handle = path.open("r+b" if path.exists() else "w+b")
+        try:  # never through a link: the file it points to would be truncated and overwritten
+            handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644), "r+b")
+        except OSError as err:
+            raise ConfigError(f"feature store shard {path} cannot be written ({os.strerror(err.errno)}): it must be "
+                              "a regular file; delete the store's directory to write it again") from None
         handle.truncate(len(rows) * layout.seq_len * layout.width(part) * BYTES)  # zeros where nothing is written
         handles[part] = handle
     todo = range(rows.start + done, rows.stop)
@@ -209,7 +216,8 @@ def open_store(directory: Path, key: dict, expected: StoreLayout, lm_head: torch
         return None
     found = manifest.get("layout")
     fields = asdict(expected)
-    if (not isinstance(found, dict) or set(found) != set(fields) or type(found["shards"]) is not int
+    if (not isinstance(found, dict) or set(found) != set(fields)
+            or any(type(found[name]) is not type(value) for name, value in fields.items())  # 4.0 is not 4
             or not 1 <= found["shards"] <= MAX_SHARDS
             or {**found, "shards": expected.shards} != fields):
         raise ConfigError(f"feature store manifest {path} holds layout {str(found)[:300]} for this run's key, which "

@@ -1,6 +1,7 @@
 """Feature store: the stored target outputs equal a target forward, shards are bf16 and memory-mapped, a killed
 writer resumes, a store is keyed, and training on it matches online training."""
 import json
+import os
 
 import pytest
 import torch
@@ -93,6 +94,18 @@ def test_a_writer_runs_the_forwards_asked_of_it_in_step_with_other_ranks(peaked_
     assert json.loads((tmp_path / "shard-00000.progress.json").read_text()) == {"rows": 6}, "extras write nothing"
 
 
+def test_a_shard_file_that_is_a_link_is_refused_and_what_it_points_to_untouched(peaked_target, padded_dataset,
+                                                                               tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "shard-00000.hidden.bf16").symlink_to(victim)
+    with pytest.raises(ConfigError, match="shard .*shard-00000.hidden.bf16 cannot be written .* a regular file"):
+        write_shard(tmp_path / "store", KEY, layout_of(peaked_target, padded_dataset, 1), 0, peaked_target,
+                    padded_dataset, LAYER_IDS, progress=False)
+    assert victim.read_bytes() == b"keep me"
+
+
 def test_a_store_is_keyed_and_refuses_another_layout(peaked_target, padded_dataset, tmp_path):
     stored(peaked_target, padded_dataset, tmp_path, shards=2)
     lm_head = peaked_target.get_output_embeddings()
@@ -111,8 +124,21 @@ def _set_manifest_layout(store, **fields):
     (store / "manifest.json").write_text(json.dumps(manifest))
 
 
+def _float_layout(store, name):
+    manifest = json.loads((store / "manifest.json").read_text())
+    _set_manifest_layout(store, **{name: float(manifest["layout"][name])})
+
+
+def _fifo(path):
+    path.unlink()
+    os.mkfifo(path)
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda store: (store / "manifest.json").write_text('{"key": '), "manifest .* cannot be read"),
+    (lambda store: _fifo(store / "manifest.json"), "manifest .* is not a regular file"),
+    (lambda store: _fifo(store / "shard-00001.progress.json"), "progress file .* is not a regular file"),
+    (lambda store: _float_layout(store, "seq_len"), "holds layout .* for this run's key"),
     (lambda store: _set_manifest_layout(store, seq_len=3), "holds layout .* for this run's key"),
     (lambda store: _set_manifest_layout(store, shards=0), "holds layout .* for this run's key"),
     (lambda store: (store / "shard-00001.progress.json").write_text('{"rows": "4"}'), "records rows=4, not in"),
