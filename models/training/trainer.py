@@ -56,6 +56,14 @@ STEP_FOLDER = re.compile(r"step_\d{7}")
 # 5-layer DSpark: the scaling curve's runs, keeping every 50-step one, filled this machine's disk (41 GB of them).
 KEEP_CHECKPOINTS = 2
 RESUME_KEYS = {"step", "wall_s", "drafter", "optimizer", "scheduler", "history", "torch_rng", "train_config"}
+RESUME_CHECKS = {  # what each plain value of a resume state must be (the weights are checked as they load)
+    "step": lambda v: type(v) is int and v >= 0,
+    "wall_s": lambda v: type(v) in (int, float) and math.isfinite(v) and v >= 0,
+    "history": lambda v: isinstance(v, list),
+    "scheduler": lambda v: isinstance(v, dict),
+    "torch_rng": lambda v: isinstance(v, torch.Tensor) and v.dtype == torch.uint8 and v.dim() == 1,
+    "train_config": lambda v: isinstance(v, dict) and type(v.get("steps")) is int,
+}
 LOG_FILE = "train_log.json"
 
 
@@ -358,23 +366,30 @@ class Trainer:
         pointer = self.out_dir / "checkpoints" / LATEST
         if not pointer.exists():
             return False
-        name = pointer.read_bytes()[:64].decode("ascii", errors="replace").strip()
+        if not pointer.is_file():
+            raise CheckpointError(f"{pointer} is not a regular file: delete it to start over")
+        with pointer.open("rb") as handle:
+            name = handle.read(64).decode("ascii", errors="replace").strip()
         if not STEP_FOLDER.fullmatch(name):
             raise CheckpointError(f"{pointer} names {name!r}, not a step_NNNNNNN folder: delete it to start over")
         path = pointer.parent / name / STATE_FILE
-        if not path.exists():
+        if not path.is_file():
             raise CheckpointError(
                 f"{pointer} names {path.parent.name}, which has no {STATE_FILE}: delete {pointer} to start over"
             )
         try:  # weights_only: tensors and plain values, never code, whoever wrote the file
             state = torch.load(path, map_location=self.dist.device, weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
+        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as error:
             raise CheckpointError(f"{path} cannot be read as a resume state ({str(error)[:200]}): delete {pointer} "
                                   "to start over") from None
         missing = RESUME_KEYS - (state.keys() if isinstance(state, dict) else set())
         if missing:
             raise CheckpointError(f"{path} is not a resume state of `dspark train` (it lacks {sorted(missing)}): "
                                   f"delete {pointer} to start over")
+        wrong = sorted(key for key, valid in RESUME_CHECKS.items() if not valid(state[key]))
+        if wrong:
+            raise CheckpointError(f"{path} is not a resume state of `dspark train` ({', '.join(wrong)} of the wrong "
+                                  f"kind): delete {pointer} to start over")
         if state["train_config"]["steps"] != self.cfg.steps:
             raise CheckpointError(
                 f"checkpoint {path.parent} was trained for steps={state['train_config']['steps']}, this run has "
@@ -392,7 +407,11 @@ class Trainer:
         except (RuntimeError, ValueError, KeyError) as error:
             raise CheckpointError(f"checkpoint {path.parent} holds another drafter's state ({str(error)[:200]}): "
                                   "resume with the flags that wrote it, or use a new --out") from None
-        self.scheduler.load_state_dict(state["scheduler"])
+        try:
+            self.scheduler.load_state_dict(state["scheduler"])
+        except (TypeError, ValueError, KeyError) as error:
+            raise CheckpointError(f"checkpoint {path.parent} holds no LR schedule of this run ({str(error)[:200]}): "
+                                  "use a new --out") from None
         self.step, self.prior_wall_s, self.history = state["step"], state["wall_s"], state["history"]
         self.window = state.get("window", [])
         torch.set_rng_state(state["torch_rng"].cpu())

@@ -86,8 +86,23 @@ class RunsCode:
         return (print, ("code ran on resume",))
 
 
+def _edited_state(ckpt, **changes):
+    path = ckpt / "step_0000002" / "trainer_state.pt"
+    torch.save({**torch.load(path, weights_only=True), **changes}, path)
+
+
+def _latest_a_directory(ckpt):
+    (ckpt / "latest").unlink()
+    (ckpt / "latest").mkdir()
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda ckpt: (ckpt / "latest").write_text("../../elsewhere\n"), "not a step_NNNNNNN folder"),
+    (_latest_a_directory, "latest is not a regular file"),
+    (lambda ckpt: _edited_state(ckpt, step="2"), r"\(step of the wrong kind\)"),
+    (lambda ckpt: _edited_state(ckpt, torch_rng=[1, 2], wall_s=float("nan")),
+     r"\(torch_rng, wall_s of the wrong kind\)"),
+    (lambda ckpt: _edited_state(ckpt, train_config=["steps"]), r"\(train_config of the wrong kind\)"),
     (lambda ckpt: torch.save({"x": RunsCode()}, ckpt / "step_0000002" / "trainer_state.pt"),
      "cannot be read as a resume state"),
     (lambda ckpt: (ckpt / "step_0000002" / "trainer_state.pt").write_bytes(b"PK\x03\x04 cut"),
