@@ -55,7 +55,8 @@ def job_documents(job: "TrainJob", tokenizer, corpus: Corpus):
     """(split -> token documents, description of the chat prompts, their data-cache key part) for the job."""
     if job.data_file is not None:
         texts = file_first_turns(read_regenerated(job.data_file))
-        key = {"data_file_sha256": hashlib.sha256(job.data_file.read_bytes()).hexdigest()}
+        with job.data_file.open("rb") as handle:  # in chunks: the file is never held twice in memory
+            key = {"data_file_sha256": hashlib.file_digest(handle, "sha256").hexdigest()}
         return ((lambda split: chat_documents(texts, tokenizer, corpus.held_out_percent, split)),
                 f"regenerated conversations of {portable(job.data_file)}", key)
     if job.data.source != "chat":
