@@ -16,6 +16,7 @@ the field, the bound and the value, before anything is generated.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -124,10 +125,12 @@ def conversation_from_record(record, where: str, limits: ConversationLimits = Co
     return messages
 
 
-def read_conversations(path: Path, limits: ConversationLimits = ConversationLimits()) -> list[list[Message]]:
-    """Every conversation of a JSONL file, in file order (blank lines skipped)."""
-    return [conversation_from_record(record, where, limits)
-            for where, record in jsonl_records(path, "conversations file", limits)]
+def read_conversations(path: Path, limits: ConversationLimits = ConversationLimits(),
+                       limit: int | None = None) -> list[list[Message]]:
+    """The first `limit` conversations of a JSONL file (None: every one), in file order (blank lines skipped); the
+    file is read no further than that."""
+    records = itertools.islice(jsonl_records(path, "conversations file", limits), limit)
+    return [conversation_from_record(record, where, limits) for where, record in records]
 
 
 def reply_skeleton(messages: list[Message]) -> list[Message]:

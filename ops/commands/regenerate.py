@@ -82,6 +82,6 @@ def handle(args: argparse.Namespace) -> int:
     if args.device is not None and args.target is None:
         raise ConfigError("--device is where --target's Engine runs; an --endpoint runs where it is served")
     sampling = ReplySampling(**{f.name: getattr(args, f.name) for f in fields(ReplySampling)})
-    conversations = read_conversations(args.input)[: args.limit]
+    conversations = read_conversations(args.input, limit=args.limit)
     asyncio.run(run(args, sampling, conversations, api_key))
     return 0

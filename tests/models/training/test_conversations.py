@@ -69,6 +69,14 @@ def test_a_file_is_read_a_bounded_line_at_a_time_and_must_be_utf8(tmp_path):
         read_conversations(path)
 
 
+def test_a_limit_reads_the_file_no_further(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"prompt": "a"}\n\n{"prompt": "b"}\n{"prompt": 5}\n')
+    assert read_conversations(path, limit=2) == [[{"role": "user", "content": c}] for c in "ab"]
+    with pytest.raises(ConfigError, match=r"in.jsonl:4: prompt must be a string"):
+        read_conversations(path, limit=3)
+
+
 def test_a_file_names_its_bad_line(tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text('{"prompt": "a"}\n\n{"prompt": 5}\n')
