@@ -339,7 +339,8 @@ def _with_all_vocab_rows(tensors: dict, directory: Path, vocab_size: int) -> dic
     """A compact checkpoint's Markov tables scattered back to vocab_size rows, zeros outside its draft vocabulary."""
     scalars = [name for name in DRAFT_VOCAB_ROWS if name in tensors and tensors[name].dim() == 0]
     if scalars:
-        raise CheckpointError(f"{directory / WEIGHTS_FILE}: {' / '.join(scalars)} must be a table of rows, got a scalar")
+        raise CheckpointError(f"{directory / WEIGHTS_FILE}: {' / '.join(scalars)} must be a table of rows, got a "
+                              "scalar")
     compact = [name for name in DRAFT_VOCAB_ROWS if name in tensors and tensors[name].shape[0] != vocab_size]
     if not compact:
         return tensors

@@ -194,7 +194,8 @@ def check_target_layer_ids(layer_ids, num_target_layers: int) -> None:
 
 
 def _check_int(name: str, value: Any, *, minimum: int, maximum: Optional[int] = None, why: str = "") -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum and value > maximum):
+    too_large = maximum is not None and isinstance(value, int) and value > maximum
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or too_large:
         bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
         reason = f" ({why})" if why else ""
         raise ConfigError(f"{name} must be an integer {bound}{reason}, got {value!r}")

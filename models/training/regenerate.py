@@ -156,9 +156,10 @@ def readable_line(record: dict, limits: ConversationLimits = ConversationLimits(
             raise ConfigError(f"{where}: a reply of {len(message['content'])} characters is over the "
                               f"{limits.max_content_chars} that --data reads back: lower --max-new-tokens")
     line = json.dumps(record, ensure_ascii=False) + "\n"
-    if len(line.encode("utf-8")) > limits.max_line_bytes:
-        raise ConfigError(f"{where}: its record is {len(line.encode('utf-8'))} bytes, over the {limits.max_line_bytes} "
-                          "that --data reads back: lower --max-new-tokens")
+    size = len(line.encode("utf-8"))
+    if size > limits.max_line_bytes:
+        raise ConfigError(f"{where}: its record is {size} bytes, over the {limits.max_line_bytes} that --data reads "
+                          "back: lower --max-new-tokens")
     return line
 
 

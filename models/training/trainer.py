@@ -55,7 +55,6 @@ STEP_FOLDER = re.compile(r"step_\d{7}")
 # A resumable state is ~12 bytes a drafter parameter (fp32 weights and two AdamW moments): 0.7 GB for SmolLM2's
 # 5-layer DSpark: the scaling curve's runs, keeping every 50-step one, filled this machine's disk (41 GB of them).
 KEEP_CHECKPOINTS = 2
-RESUME_KEYS = {"step", "wall_s", "drafter", "optimizer", "scheduler", "history", "torch_rng", "train_config"}
 RESUME_CHECKS = {  # what each plain value of a resume state must be (the weights are checked as they load)
     "step": lambda v: type(v) is int and v >= 0,
     "wall_s": lambda v: type(v) in (int, float) and math.isfinite(v) and v >= 0,
@@ -64,6 +63,7 @@ RESUME_CHECKS = {  # what each plain value of a resume state must be (the weight
     "torch_rng": lambda v: isinstance(v, torch.Tensor) and v.dtype == torch.uint8 and v.dim() == 1,
     "train_config": lambda v: isinstance(v, dict) and type(v.get("steps")) is int,
 }
+RESUME_KEYS = {"drafter", "optimizer", *RESUME_CHECKS}
 LOG_FILE = "train_log.json"
 
 

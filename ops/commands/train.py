@@ -75,7 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="write <out>/draft_vocab.json from this recipe's data and stop (for a drafter trained before)")
 
     d = parser.add_argument_group("drafter")
-    d.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=DrafterSpec.block_size, help="gamma: draft tokens per round (Eagle3: TTT steps)")
+    d.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=DrafterSpec.block_size,
+                   help="gamma: draft tokens per round (Eagle3: TTT steps)")
     d.add_argument("--num-layers", type=int_in(1, MAX_LAYERS), default=None, help="draft layers (default: 5, Eagle3 1)")
     d.add_argument("--target-layer-ids", type=int, nargs="+", default=None,
                    help="tapped target layers (default: 5 spread over 1..L-3, or all but the last for shallow targets)")
@@ -85,7 +86,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--no-sample-from-anchor", action="store_true",
                    help="DFlash: original layout [anchor, MASK x gamma] reading slots 1..gamma (SGLang DFLASH)")
     d.add_argument("--mask-token-id", type=int, default=None, help="default: the target tokenizer's mask token")
-    d.add_argument("--n-anchors", type=int_in(1, 65536), default=DrafterSpec.n_anchors, help="anchor blocks sampled per sequence")
+    d.add_argument("--n-anchors", type=int_in(1, 65536), default=DrafterSpec.n_anchors,
+                   help="anchor blocks sampled per sequence")
     d.add_argument("--init-from-target", action="store_true",
                    help="start the draft layers from the target's top layers and fc from a pass-through of the "
                         "deepest tapped layer (default: off, a random init)")
@@ -136,7 +138,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--weight-decay", type=finite_float, default=TrainConfig.weight_decay)
     t.add_argument("--warmup-frac", type=finite_float, default=TrainConfig.warmup_frac)
     t.add_argument("--grad-clip", type=finite_float, default=TrainConfig.grad_clip)
-    t.add_argument("--batch-size", type=BATCH, default=TrainConfig.batch_size, help="sequences per micro-batch per rank")
+    t.add_argument("--batch-size", type=BATCH, default=TrainConfig.batch_size,
+                   help="sequences per micro-batch per rank")
     t.add_argument("--grad-accum", type=int_in(1, 1024), default=TrainConfig.grad_accum)
     t.add_argument("--bf16", action="store_true",
                    help="bf16 autocast of the target (data generation, features) and drafter forwards")
@@ -146,7 +149,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--shard-target", action="store_true",
                    help="torchrun: shard the frozen target's decoder layers over the ranks (FSDP2), for a target "
                         "that does not fit on one device; needs --data, and with --fsdp --eval-samples 0")
-    t.add_argument("--checkpoint-every", type=int, default=TrainConfig.checkpoint_every, help="steps between checkpoints (0: only at the end)")
+    t.add_argument("--checkpoint-every", type=int, default=TrainConfig.checkpoint_every,
+                   help="steps between checkpoints (0: only at the end)")
     t.add_argument("--keep-checkpoints", type=int_in(1, 10_000), default=TrainConfig.keep_checkpoints,
                    help="the newest checkpoints kept (older ones are deleted: each holds the optimizer state)")
     t.add_argument("--log-every", type=int, default=TrainConfig.log_every)
