@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-KINDS = {404: "NotFound", 413: "PayloadTooLarge", 415: "UnsupportedMediaType", 429: "TooManyRequests",
-         503: "ServiceUnavailable"}
+KINDS = {401: "Unauthorized", 404: "NotFound", 413: "PayloadTooLarge", 415: "UnsupportedMediaType",
+         429: "TooManyRequests", 503: "ServiceUnavailable"}
 
 
 def error_body(status: int, message: str, field: Optional[str] = None) -> bytes:

@@ -16,17 +16,22 @@ list without `dspark` to run SGLang without it.
     request_gate  every request to a route that starts model work bounded before SGLang sees it (logprobs,
                 token ids, n, max tokens, body size, sub-requests in flight); routes it cannot bound refused;
                 on SIGTERM, those routes answer 503 while the requests in flight finish (drain.py)
+    api_keys    401 for a request without one of `dspark serve --api-key-file`'s keys (health, metrics and liveness
+                stay open)
     strict_requests  OpenAI-compatible requests with an unknown field get 400 instead of running on defaults
     liveness    GET /liveness: 503 when a scheduler stops running its loop, or has work and runs no forward,
                 for the liveness window; 200 while idle or busy
     draft_vocab_mask  a drafter with a draft vocabulary drafts among its tokens only, as in dspark's engine
+    verify_penalties  frequency, presence and repetition penalties and min_new_tokens applied to every verify
+                position as a decode step would apply them (SGLang's DSpark verify drops them)
     drafting    the drafting gate: a round skips the drafter's sampling while speculation cannot pay; a draft
                 step that raises is retried once, logged and counted (draft_faults.py)
 """
 from __future__ import annotations
 
-from dspark.integration import (admin, cpu, draft_vocab_mask, drafting, flashinfer_verify, liveness, planner,
-                                redaction, request_gate, rounds, startup, strict_requests)
+from dspark.integration import (admin, api_keys, cpu, draft_vocab_mask, drafting, flashinfer_verify, liveness,
+                                planner, redaction, request_gate, rounds, startup, strict_requests,
+                                verify_penalties)
 from dspark.integration.scheduler_state import SchedulerState
 
 
@@ -40,7 +45,9 @@ def register() -> None:
     flashinfer_verify.install()
     redaction.install()
     request_gate.install()
+    api_keys.install()  # after the gate: it wraps the gate and the drain
     strict_requests.install()
     draft_vocab_mask.install()
+    verify_penalties.install()
     drafting.install(state)
     liveness.install(state)

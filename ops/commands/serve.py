@@ -11,7 +11,8 @@ verify layout and dspark's allocator as the verify planner (the plugin loads its
 runtime-state flags set the initial state; change it live through the gRPC admin API (`--admin-port`: the
 admin server runs beside SGLang as a sidecar process, ops/admin/) or SGLang's `/set_internal_state`.
 SGLang's admin endpoints always need SGLang's admin key (the first --admin-token-file, --http-admin-key-file,
-or a key generated per start), handed over in a private config file, never on the command line. Arguments
+or a key generated per start), handed over in a private config file, never on the command line; so do the
+API keys of --api-key-file, which the OpenAI-compatible API then requires (integration/api_keys.py). Arguments
 after `--` go to SGLang unchanged. --dry-run prints the commands and environment instead of starting them.
 
 Graceful drain (Kubernetes sends SIGTERM on every rollout): on SIGTERM or SIGINT both processes get the
@@ -23,9 +24,10 @@ The pod's terminationGracePeriodSeconds must exceed --drain-timeout (docs/deploy
 Restart in place (the admin API's Restart, ops/admin/restart.py): on SIGHUP, SGLang drains the same way and is
 started again, with the live settings the sidecar handed over as its initial state; the sidecar keeps running.
 
-SGLang is not left dead: when it exits by itself (a scheduler crashed, say), it is started again after a back-off
-(1 s, doubling up to 30 s) with the live settings its schedulers last wrote, and the count of these restarts is
-`dspark_sglang_restarts` on /metrics. More than --max-restarts of them within RESTART_WINDOW_S and this command
+SGLang is not left dead or stuck: when it exits by itself (a scheduler crashed, say), or fails this command's own
+liveness check and is killed (a scheduler stuck in one step for --liveness-step-bound seconds:
+ops/commands/serve_watch.py), it is started again after a back-off (1 s, doubling up to 30 s) with the live
+settings its schedulers last wrote, and the count of these restarts is `dspark_sglang_restarts` on /metrics. More than --max-restarts of them within RESTART_WINDOW_S and this command
 exits non-zero instead, so that Kubernetes sees a crash loop. An SGLang that exits before it ever finished starting
 (GET /ready never answered 200: a flag it refuses, a model that does not load) is not started again: the same
 arguments would fail the same way, so this command exits non-zero at once.
@@ -35,8 +37,9 @@ integration/request_limits.py) bound every request to a route that starts model 
 
 Metrics are on (SGLang's `--enable-metrics`: SGLang's and dspark's families on /metrics) unless --no-metrics.
 
-Liveness: `GET /liveness` answers 503 once a scheduler has stopped running its loop, or has had work and run no
-forward, for --liveness-window seconds (integration/liveness.py); `/health_generate` stays the readiness check.
+Liveness: `GET /liveness` answers 503 once a scheduler has not run its loop for --liveness-step-bound seconds
+(--liveness-window inside an admin request), or has had work and run no forward for --liveness-window seconds
+(integration/liveness.py); `/health_generate` stays the readiness check.
 """
 from __future__ import annotations
 
@@ -51,12 +54,14 @@ import sys
 import threading
 import time
 import urllib.request
+from functools import partial
 from pathlib import Path
 
 import psutil
 import torch
 
 from dspark.integration.addresses import http_url
+from dspark.integration.api_keys import API_KEYS_ENV, check_keys, write_keys
 from dspark.integration.liveness import Liveness
 from dspark.integration.metrics import RESTARTS_ENV
 from dspark.integration.request_limits import RequestLimits
@@ -75,6 +80,7 @@ from dspark.ops.admin.restart import RESTART_SIGNAL, CrashBudget, RestartChannel
 from dspark.ops.admin.security import MIN_TOKEN_CHARS, read_secret
 from dspark.ops.admin.sidecar import add_admin_args, add_otlp_args, admin_arg_list, check_admin_args, stop_sidecar
 from dspark.ops.arg_types import PORT, finite_float, int_in
+from dspark.ops.commands.serve_watch import watch_liveness
 from dspark.ops.commands.settings_args import add_settings_args, settings_from_args, values_from_args
 
 DRAIN_TIMEOUT_S = 90.0
@@ -82,6 +88,7 @@ MAX_DRAIN_TIMEOUT_S = 86400.0  # a day; a negative one used to kill SGLang at on
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 600.0  # restarts counted towards --max-restarts: those of the last ten minutes
 BACKOFF_S = (1.0, 30.0)  # the first restart's delay, doubling with each restart in the window, up to the second
+API_KEYS_FILE = "api-keys"  # in secrets_dir: the --api-key-file keys handed to the plugin
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -124,6 +131,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     server.add_argument("--http-admin-key-file", type=Path, default=None,
                         help="SGLang's --admin-api-key, which /set_internal_state and SGLang's other admin endpoints "
                              "then require (default: the first --admin-token-file, else a key generated per start)")
+    server.add_argument("--api-key-file", type=Path, action="append", default=[],
+                        help="a file holding an API key the OpenAI-compatible API then requires (Authorization: Bearer "
+                             "KEY; repeat it for several keys, e.g. the current and the next one while rotating): "
+                             "integration/api_keys.py. Health, liveness and metrics routes stay open")
     add_admin_args(parser)
     add_otlp_args(parser)
     parser.add_argument("sglang_args", nargs=argparse.REMAINDER, help="-- then arguments passed to SGLang as they are")
@@ -153,8 +164,16 @@ def admin_key(args: argparse.Namespace) -> str:
     return key
 
 
-def write_secrets(folder: Path, key: str) -> None:
-    """SGLang reads its admin key from a YAML config (never the command line, which `ps` shows)."""
+def api_keys(args: argparse.Namespace) -> list[str]:
+    """The keys of --api-key-file, each checked (integration/api_keys.py); none: the API is open."""
+    if not args.api_key_file:
+        return []
+    return check_keys([read_secret(path, "--api-key-file") for path in args.api_key_file], "--api-key-file")
+
+
+def write_secrets(folder: Path, key: str, keys: list[str]) -> None:
+    """SGLang reads its admin key from a YAML config, the plugin the API keys from a file (never the command line,
+    which `ps` shows)."""
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
     for name, text in (("admin-key", key + "\n"), ("sglang-secrets.yaml", f"admin-api-key: {json.dumps(key)}\n")):
@@ -162,6 +181,9 @@ def write_secrets(folder: Path, key: str) -> None:
         path.touch(mode=0o600)
         path.chmod(0o600)
         path.write_text(text)
+    (folder / API_KEYS_FILE).unlink(missing_ok=True)  # a start without keys serves no key of an earlier start
+    if keys:
+        write_keys(folder / API_KEYS_FILE, keys)
 
 
 def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str], bool]:
@@ -196,6 +218,8 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str],
         env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = args.otlp_protocol
         # SGLang's own default (3) adds spans for every scheduling slice; 1 keeps a span per request
         env["SGLANG_TRACE_LEVEL"] = os.environ.get("SGLANG_TRACE_LEVEL", TRACE_LEVEL)
+    if api_keys(args):
+        env[API_KEYS_ENV] = str(secrets_dir(args) / API_KEYS_FILE)
     extra += ["--config", str(secrets_dir(args) / "sglang-secrets.yaml")]
     passthrough = args.sglang_args[1:] if args.sglang_args[:1] == ["--"] else args.sglang_args
     return launch_command(args.target, args.host, args.port, extra + passthrough), env, cpu
@@ -306,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
     if args.profile_sps_only and (args.drafter is None or args.sps_table):
         raise ConfigError("--profile-sps-only measures the SPS table of a DSpark server: it needs --drafter and "
                           "no --sps-table")
-    write_secrets(secrets_dir(args), key)
+    write_secrets(secrets_dir(args), key, api_keys(args))
     restarts = RestartChannel(secrets_dir(args))
     restarts.reset()
     # A neutral working directory: `python -m` puts it on sys.path, and a checkout's bare kernels/ would shadow
@@ -324,6 +348,18 @@ def run(args: argparse.Namespace) -> int:
     served = watch_start(server, backend)  # set once an SGLang of this command has finished starting
     sidecar_process = subprocess.Popen(sidecar, cwd=neutral) if sidecar else None
     stopping, draining = threading.Event(), threading.Event()
+    liveness = values_from_args(args, Liveness)
+
+    def kill_hung(process: subprocess.Popen, found: list[str]) -> None:
+        if process.poll() is None:
+            print(f"dspark serve: SGLang failed its liveness check ({'; '.join(found)}); killing it", file=sys.stderr,
+                  flush=True)
+            kill_tree(process.pid)
+
+    def watch(process: subprocess.Popen) -> None:
+        watch_liveness(process, liveness, lambda: stopping.is_set() or draining.is_set(), partial(kill_hung, process))
+
+    watch(server)
 
     def forward(sig, _frame) -> None:
         for process in (server, sidecar_process):
@@ -366,6 +402,7 @@ def run(args: argparse.Namespace) -> int:
         draining.clear()
         server = start(restart_environment(base_env, restarts.live_settings(), gamma))
         restarts.record_start()
+        watch(server)
         if not served.is_set():
             served = watch_start(server, backend)
     if sidecar_process is not None:
