@@ -2,8 +2,10 @@
 
     dspark check embedded/dspark --target embedded/target
 
-Loads the checkpoint exactly as serving and decoding will (dspark.models.checkpoint.load_drafter, which checks
-hidden size, vocab, target layer ids, mask token and every weight against the target) and prints what it is.
+Reads the drafter's config and checks it against the target's config first, before any weights (the target's
+too) are read. Then loads the checkpoint exactly as serving and decoding will (dspark.models.checkpoint.load_drafter,
+which checks hidden size, vocab, target layer ids, mask token and every weight against the target) and prints what
+it is.
 A checkpoint that does not fit exits with status 2 and one line naming every mismatch. A slim checkpoint (no
 frozen embedding / lm_head copies) is completed from the target's weights, as decoding does.
 """
@@ -14,7 +16,7 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM
 
-from dspark.models.checkpoint import architecture, load_drafter, taken_from_target
+from dspark.models.checkpoint import architecture, load_drafter, read_drafter_config, taken_from_target
 from dspark.models.drafters.draft_vocab import DRAFT_VOCAB_FILE, load_draft_vocab
 from dspark.models.target_io import load_target_config
 
@@ -29,7 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     target_config, _ = load_target_config(args.target)
-    taken = taken_from_target(args.drafter) if (args.drafter / "model.safetensors").is_file() else []
+    # The drafter's config, and whether it fits the target's config, before any weights are read: a bad config
+    # is named in a moment, not after a large target's weights were loaded for nothing (and it names the files)
+    read_drafter_config(args.drafter, target_config)
+    taken = taken_from_target(args.drafter)
     target_model = AutoModelForCausalLM.from_pretrained(args.target) if taken else None
     drafter = load_drafter(args.drafter, target_config, target_model=target_model)
     cfg = drafter.config

@@ -1,4 +1,5 @@
 """`dspark check`: a fitting checkpoint is described; a misfit or malformed one is one clear error, exit 2."""
+import json
 import shutil
 
 import pytest
@@ -63,3 +64,26 @@ def test_check_reports_a_missing_target(saved, tmp_path, capsys):
     assert main(["check", str(saved / "drafter"), "--target", str(tmp_path / "nowhere")]) == 2
     assert f"--target {tmp_path / 'nowhere'} has no config.json: pass a transformers model directory" in \
         capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def slim(tiny_target, saved):
+    """A slim drafter (no frozen embedding / lm_head copies: checking it loads the target's weights)."""
+    config = DrafterConfig.from_target(tiny_target.config, kind="dspark", block_size=4, target_layer_ids=(0, 2),
+                                       num_hidden_layers=1, mask_token_id=1, markov_rank=8)
+    return save_drafter(DSpark.from_target(tiny_target, config), saved / "slim", frozen=False)
+
+
+def test_a_bad_drafter_config_is_named_before_the_targets_weights_are_read(saved, slim, tmp_path, capsys):
+    """The target's weights were loaded first, and a bad drafter config was found only after them: here the
+    target's weights are garbage, so the old order failed on them (a SafetensorError) and never named the config."""
+    target = tmp_path / "target"
+    shutil.copytree(saved / "target", target)
+    (target / "model.safetensors").write_bytes(b"\xff" * 64)
+    drafter = tmp_path / "drafter"
+    shutil.copytree(slim, drafter)
+    config = json.loads((drafter / "config.json").read_text())
+    (drafter / "config.json").write_text(json.dumps({**config, "target_layer_ids": [0, 9]}))
+    assert main(["check", str(drafter), "--target", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert "config.json: target_layer_ids contains 9, outside the target's decoder layers" in err and "model.safetensors" not in err
