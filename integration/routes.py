@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from enum import Enum
 from functools import lru_cache
+from typing import Optional
 
 
 class RouteKind(str, Enum):
@@ -79,9 +80,14 @@ class RouteClassifier:
         self._kind = lru_cache(maxsize=256)(self._match)
 
     def __call__(self, scope) -> RouteKind:
-        return self._kind(scope["type"], scope.get("method", ""), scope["path"])
+        return self._kind(scope["type"], scope.get("method", ""), scope["path"])[0]
 
-    def _match(self, scope_type: str, method: str, path: str) -> RouteKind:
+    def endpoint_name(self, scope) -> Optional[str]:
+        """The name of the endpoint function the request goes to (None: no route, or a mount), from the same
+        cache."""
+        return self._kind(scope["type"], scope.get("method", ""), scope["path"])[1]
+
+    def _match(self, scope_type: str, method: str, path: str) -> tuple[RouteKind, Optional[str]]:
         from starlette.routing import Match
 
         scope = {"type": scope_type, "method": method, "path": path, "root_path": ""}
@@ -92,6 +98,7 @@ class RouteClassifier:
                 continue
             if match == Match.FULL:
                 if getattr(route, "path", None) in OPEN_MOUNTS:
-                    return RouteKind.OPEN
-                return endpoint_kind(child.get("endpoint") or getattr(route, "endpoint", None))
-        return RouteKind.OPEN
+                    return RouteKind.OPEN, None
+                endpoint = child.get("endpoint") or getattr(route, "endpoint", None)
+                return endpoint_kind(endpoint), getattr(endpoint, "__name__", None)
+        return RouteKind.OPEN, None
