@@ -8,6 +8,7 @@ started without it (tests/integration/conftest.py). With a GPU the kernels are c
 them on CUDA tensors.
 """
 import os
+from pathlib import Path
 
 import torch
 
@@ -16,6 +17,8 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
+
+from tests.server_starts import STARTS_ENV, server_starts  # noqa: E402
 
 TINY_TARGET_CONFIG = dict(vocab_size=64, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
                           num_key_value_heads=2, head_dim=8, intermediate_size=64, tie_word_embeddings=True,
@@ -28,3 +31,19 @@ def tiny_target() -> Qwen3ForCausalLM:
     torch.set_num_threads(min(2, torch.get_num_threads()))
     torch.manual_seed(0)
     return Qwen3ForCausalLM(Qwen3Config(**TINY_TARGET_CONFIG)).eval()
+
+
+def starts_file(config) -> Path:
+    return config._tmp_path_factory.getbasetemp() / "sglang-server-starts"
+
+
+def pytest_sessionstart(session):
+    """Servers started by this run record themselves in a file of its basetemp (tests/server_starts.py)."""
+    os.environ[STARTS_ENV] = str(starts_file(session.config))
+
+
+@pytest.hookimpl(trylast=True)  # after --durations, next to the outcome line
+def pytest_terminal_summary(terminalreporter, config):
+    starts = server_starts(starts_file(config))
+    kinds = ", ".join(f"{kind}: {count}" for kind, count in sorted(starts.items()))
+    terminalreporter.write_line(f"SGLang server starts: {sum(starts.values())}" + (f" ({kinds})" if kinds else ""))

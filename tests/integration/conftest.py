@@ -1,8 +1,29 @@
 """SGLang servers started here run as `dspark serve` runs them: without the TRITON_INTERPRET=1 that
-tests/conftest.py sets for the session on CPU machines (subprocesses inherit the environment)."""
+tests/conftest.py sets for the session on CPU machines (subprocesses inherit the environment).
+
+The session-scoped servers are shared by every test that only reads them (sends requests, scrapes metrics, reads
+state): a test that kills, restarts, drains or reconfigures a server (runtime state through admin included)
+starts its own. Each starts when a test first asks for it and stops at the end of the session."""
+from collections.abc import Iterator
+
 import pytest
+
+from tests.integration.dspark_serve import DsparkServe
 
 
 @pytest.fixture(autouse=True)
 def no_triton_interpreter_for_servers(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+
+
+@pytest.fixture(scope="session")
+def dspark_server(tmp_path_factory) -> Iterator[DsparkServe]:
+    """`dspark serve` of the embedded target + DSpark with DsparkServe's defaults: policy fixed, drafting always,
+    the admin sidecar, metrics on."""
+    yield from DsparkServe.alone(tmp_path_factory.mktemp("dspark-server")).serving()
+
+
+@pytest.fixture(scope="session")
+def nospec_server(tmp_path_factory) -> Iterator[DsparkServe]:
+    """The same `dspark serve` CPU recipe with --no-spec: the embedded target alone, to compare against."""
+    yield from DsparkServe.alone(tmp_path_factory.mktemp("nospec-server"), no_spec=True).serving()

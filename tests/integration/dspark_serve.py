@@ -6,31 +6,39 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
-from dspark.integration.server import free_port, stop_process_group
+from dspark.integration.server import SGLangServer, free_port, stop_process_group
 from dspark.ops.admin.client import AdminClient, Credentials
 
 from tests.integration.exposition import sample_value, scrape
 from tests.paths import EMBEDDED, EMBEDDED_TARGET
+from tests.server_starts import record_server_start
 
 READY_TIMEOUT_S = 400.0
 GAMMA = 5  # embedded/dspark's block size
 IN_FLIGHT = "dspark_gate_sub_requests_in_flight"
+RESTARTED = "); starting it again"  # what `dspark serve` logs each time it starts SGLang again (not "not starting")
 
 
 class DsparkServe:
-    """`dspark serve` of the embedded target + DSpark with the admin API, in its own process group."""
+    """`dspark serve` of the embedded target + DSpark (or, no_spec, the target alone) with the admin API, in its own
+    process group."""
 
     def __init__(self, folder: Path, cache: Path, admin_token: Path, reader_token: Path, otlp_endpoint: str,
-                 *sglang_args: str, dspark_args: tuple[str, ...] = (), env: dict[str, str] | None = None):
+                 *sglang_args: str, dspark_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                 no_spec: bool = False):
         self.folder, self.cache, self.port, self.admin_port = folder, cache, free_port(), free_port()
         self.url, self.admin_address = f"http://127.0.0.1:{self.port}", f"127.0.0.1:{self.admin_port}"
         self.audit_log, self.log = folder / "audit.jsonl", folder / "serve.log"
-        self.admin_token, self.reader_token = admin_token, reader_token
+        self.admin_token, self.reader_token, self.no_spec = admin_token, reader_token, no_spec
+        speculation = ["--no-spec"] if no_spec else ["--drafter", str(EMBEDDED / "dspark"), "--policy", "fixed",
+                                                     "--drafting", "always"]
         self.command = [sys.executable, "-m", "dspark.ops.cli", "serve", "--target", str(EMBEDDED_TARGET),
-                        "--drafter", str(EMBEDDED / "dspark"), "--device", "cpu", "--port", str(self.port),
-                        "--policy", "fixed", "--drafting", "always", "--admin-port", str(self.admin_port),
+                        *speculation, "--device", "cpu", "--port", str(self.port), "--admin-port", str(self.admin_port),
                         "--admin-token-file", str(admin_token), "--reader-token-file", str(reader_token),
                         "--admin-audit-log", str(self.audit_log), "--admin-update-rate", "100000",
                         "--admin-update-burst", "100000", "--otlp-endpoint", otlp_endpoint,
@@ -39,10 +47,11 @@ class DsparkServe:
         self.env = {**os.environ, "DSPARK_CACHE": str(cache), **(env or {})}
         self.env.pop("TRITON_INTERPRET", None)
         self.process: subprocess.Popen | None = None
+        self.restarts_recorded = False
 
     @classmethod
     def alone(cls, folder: Path, dspark_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-              sglang_args: tuple[str, ...] = ()) -> "DsparkServe":
+              sglang_args: tuple[str, ...] = (), no_spec: bool = False) -> "DsparkServe":
         """A replica of its own under `folder`: its cache, an admin and a reader token file, no tracing; metrics on
         (`dspark serve`'s default)."""
         tokens = folder / "tokens"
@@ -51,24 +60,35 @@ class DsparkServe:
             (tokens / name).write_text(f"{name}-token-of-a-test-replica\n")
         (folder / "replica").mkdir()
         return cls(folder / "replica", folder / "cache", tokens / "ops", tokens / "reader", "", *sglang_args,
-                   dspark_args=dspark_args, env=env)
+                   dspark_args=dspark_args, env=env, no_spec=no_spec)
 
     def start(self) -> "DsparkServe":
+        record_server_start("dspark serve")
         self.process = subprocess.Popen(self.command, env=self.env, cwd=self.folder, stdout=self.log.open("w"),
                                         stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
     def wait_ready(self) -> None:
+        """Until the admin API's health is SERVING (warmed up, the scheduler answering with its DSpark state) or,
+        with --no-spec (no DSpark state to answer with), until SGLang's GET /ready answers 200."""
         client = self.client(self.reader_token)
+        ready = self.sglang_ready if self.no_spec else client.serving
         deadline = time.monotonic() + READY_TIMEOUT_S
         try:
-            while not client.serving():
+            while not ready():
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError(f"dspark serve did not become ready:\n{self.log.read_text()[-4000:]}")
                 time.sleep(1.0)
         finally:
             client.close()
+
+    def sglang_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/ready", timeout=5) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):  # not listening yet, or 503 while starting
+            return False
 
     def metric(self, sample: str) -> float:
         """One sample's value on the replica's /metrics, as `name{labels}` is written there (0 while absent)."""
@@ -91,6 +111,25 @@ class DsparkServe:
 
     def stop(self) -> None:
         stop_process_group(self.process)
+        if self.process is not None and not self.restarts_recorded:  # the SGLang starts after the first
+            self.restarts_recorded = True
+            for _ in range(self.log.read_text(errors="replace").count(RESTARTED)):
+                record_server_start("dspark serve's restart")
+
+    def get(self, path: str, timeout_s: float = 60) -> dict:
+        return SGLangServer.get(self, path, timeout_s)  # the same client calls, on this replica's url
+
+    def post(self, path: str, payload: dict, timeout_s: float = 120) -> dict:
+        return SGLangServer.post(self, path, payload, timeout_s)
+
+    def serving(self) -> Iterator["DsparkServe"]:
+        """Started and ready until the generator is closed, then stopped (a fixture's body: `yield from`)."""
+        self.start()
+        try:
+            self.wait_ready()
+            yield self
+        finally:
+            self.stop()
 
 
 def target_greedy_answers(prompts: list[str], max_new_tokens: int) -> dict[str, list[int]]:
