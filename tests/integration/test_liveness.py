@@ -1,10 +1,12 @@
-"""GET /liveness sees a hung engine (issue 43, item 2), and a default `dspark serve` serves dspark's metrics
-(item 3), on one real `dspark serve` of the embedded target on CPU with a small liveness window.
+"""GET /liveness sees a hung engine (issue 43, item 2) in seconds and `dspark serve` restarts it itself (issue 61,
+item 4), and a default `dspark serve` serves dspark's metrics (issue 43, item 3), on one real `dspark serve` of the
+embedded target on CPU with a small liveness window and step bound. The restart test comes last: it kills SGLang.
 
 SGLang's /health answers without generating, as the chart runs it (SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false):
 it keeps answering 200 whatever the scheduler does, which is why liveness needs the plugin's endpoint."""
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -17,11 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 
-from dspark.integration.liveness import BEAT_EVERY_S, Heartbeat, problems, read_beats
+from dspark.integration.liveness import BEAT_EVERY_S, Heartbeat, Liveness, problems, read_beats
 from tests.integration.dspark_serve import DsparkServe
 from tests.integration.exposition import scrape
 
-WINDOW_S = 5.0
+WINDOW_S = 5.0  # the liveness window and the step bound alike
 PROBE_EVERY_S = 0.25
 RUNNING = 8  # DsparkServe's --max-running-requests
 CLIENTS, TOKENS = RUNNING + 4, 128  # a full batch with 4 more waiting, each client asking again until LOAD_S passed
@@ -30,7 +32,8 @@ LOAD_S = 3 * WINDOW_S  # well over the window, however fast this machine generat
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    replica = DsparkServe.alone(tmp_path_factory.mktemp("liveness"), dspark_args=("--liveness-window", str(WINDOW_S)),
+    replica = DsparkServe.alone(tmp_path_factory.mktemp("liveness"),
+                                dspark_args=("--liveness-window", str(WINDOW_S), "--liveness-step-bound", str(WINDOW_S)),
                                 env={"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false"}).start()
     replica.wait_ready()
     yield replica
@@ -99,45 +102,98 @@ def test_liveness_passes_while_idle_and_through_a_long_generation_at_full_load(s
     assert set(seen) == {200}, seen
 
 
-def test_a_stopped_scheduler_fails_liveness_within_the_window_while_health_answers_and_passes_once_resumed(server):
+def generate_retrying(url: str, max_new_tokens: int, failures: list) -> dict:
+    """generate(), tried again while SGLang is killed and started again (a refused or cut connection, a 5xx), as
+    a client behind a Service would; each failed try noted in `failures`."""
+    while True:
+        try:
+            return generate(url, max_new_tokens)
+        except urllib.error.HTTPError as err:
+            if err.code < 500:
+                raise
+            failures.append(err.code)
+        except (urllib.error.URLError, ConnectionError, http.client.HTTPException) as err:
+            failures.append(type(getattr(err, "reason", err)).__name__)
+        time.sleep(1.0)
+
+
+def restarts_counted(server: DsparkServe):
+    """dspark_sglang_restarts on the replica's /metrics; None while no SGLang answers (killed, starting again)."""
+    try:
+        return server.metric("dspark_sglang_restarts")
+    except (OSError, http.client.HTTPException):
+        return None
+
+
+def test_a_stopped_scheduler_fails_liveness_and_dspark_serve_restarts_sglang_itself_losing_no_request(server):
+    """A scheduler that never finishes its step (SIGSTOP here; the stop_regex stall of issue 61 looked the same from
+    outside: no pass of the loop) is judged by the step bound, /health keeps answering 200, and `dspark serve`
+    kills and restarts SGLang itself (no kubelet here), counting it."""
     scheduler = scheduler_process(server)
-    stop, failures = threading.Event(), []
+    stop, answers, failures = threading.Event(), [], []
 
     def steady_load() -> None:
         while not stop.is_set():
-            try:
-                generate(server.url, 64)
-            except Exception as err:  # noqa: BLE001  (a lost request fails the test below)
-                failures.append(repr(err))
+            answers.append(len(generate_retrying(server.url, 64, failures)["output_ids"]))
 
     with ThreadPoolExecutor(4) as pool:
         clients = [pool.submit(steady_load) for _ in range(4)]
         time.sleep(2 * BEAT_EVERY_S)
-        assert probe(server.url)[0] == 200
+        assert probe(server.url)[0] == 200 and server.metric("dspark_sglang_restarts") == 0
         os.kill(scheduler.pid, signal.SIGSTOP)
-        try:
-            # It fails once the heartbeat is older than the window: by window + one beat, plus a probe's slack
-            code, answer = probe_until(server.url, 503, time.monotonic() + WINDOW_S + BEAT_EVERY_S + 2.0)
-            health = probe(server.url, "/health")[0]
-        finally:
-            os.kill(scheduler.pid, signal.SIGCONT)
-        assert code == 503 and f"scheduler {scheduler.pid} has not run its loop" in answer["problems"][0], answer
-        assert health == 200  # SGLang's own check sees nothing wrong
-        assert probe_until(server.url, 200, time.monotonic() + 30)[0] == 200, "no pass again after SIGCONT"
+        stopped = time.monotonic()
+        health = probe(server.url, "/health")[0]  # seconds before the step bound: SGLang itself sees nothing wrong
+        while restarts_counted(server) != 1:
+            assert server.process.poll() is None and time.monotonic() - stopped < 600, server.log.read_text()[-3000:]
+            time.sleep(PROBE_EVERY_S)
+        back = time.monotonic() - stopped
+        assert probe_until(server.url, 200, time.monotonic() + 60)[0] == 200, "the restarted SGLang is alive"
         stop.set()
         for client in clients:
             client.result()
-    assert failures == []
+    assert health == 200
+    log = server.log.read_text()
+    assert f"SGLang failed its liveness check (scheduler {scheduler.pid} has not run its loop for" in log, log[-3000:]
+    assert f"(liveness_step_bound {WINDOW_S:g} s)); killing it" in log
+    assert not psutil.pid_exists(scheduler.pid) or psutil.Process(scheduler.pid).status() == psutil.STATUS_ZOMBIE
+    assert failures, "no request met the restart: the load did not span it"
+    assert answers and set(answers) == {64}
+    print(f"stopped scheduler: SGLang killed and serving again {back:.1f} s after SIGSTOP; {len(answers)} answers, "
+          f"{len(failures)} tries refused meanwhile")
 
 
 def test_work_that_makes_no_progress_for_the_window_is_hung_and_idle_time_is_not(tmp_path):
     heartbeat = Heartbeat(tmp_path)
+    liveness = Liveness(liveness_window=60.0, liveness_step_bound=30.0)
     heartbeat.write(forwards=10, queued=0, now=100.0)  # idle: progress, whatever the forward count
     heartbeat.write(forwards=10, queued=3, now=150.0)  # work came; no forward yet
     (beat,) = read_beats(tmp_path)
     assert beat["progress"] == 100.0 and beat["beat"] == 150.0
-    assert problems([beat], window=60.0, now=155.0) == []
-    assert problems([beat], window=60.0, now=161.0) == [
+    assert problems([beat], liveness, now=155.0) == []
+    assert problems([beat], liveness, now=161.0) == [
         f"scheduler {os.getpid()} has 3 requests and has run no forward for 61 s (liveness_window 60 s)"]
     heartbeat.write(forwards=11, queued=3, now=161.0)  # a forward ran: progress again
-    assert problems(read_beats(tmp_path), window=60.0, now=162.0) == []
+    assert problems(read_beats(tmp_path), liveness, now=162.0) == []
+
+
+def test_one_step_longer_than_the_step_bound_is_hung_and_an_admin_request_gets_the_window(tmp_path):
+    heartbeat = Heartbeat(tmp_path)
+    liveness = Liveness(liveness_window=300.0, liveness_step_bound=30.0)
+    heartbeat.write(forwards=5, queued=2, now=100.0)
+    assert problems(read_beats(tmp_path), liveness, now=129.0) == []
+    assert problems(read_beats(tmp_path), liveness, now=131.0) == [
+        f"scheduler {os.getpid()} has not run its loop for 31 s (liveness_step_bound 30 s)"]
+    heartbeat.write(forwards=5, queued=2, now=131.0, control=True)  # a weight reload starts: the window applies
+    assert problems(read_beats(tmp_path), liveness, now=400.0) == []
+    assert problems(read_beats(tmp_path), liveness, now=432.0) == [
+        f"scheduler {os.getpid()} has been in one admin request for 301 s (liveness_window 300 s)"]
+    heartbeat.write(forwards=6, queued=2, now=432.0)  # back in the loop: the step bound again
+    assert problems(read_beats(tmp_path), liveness, now=463.0)[0].endswith("(liveness_step_bound 30 s)")
+
+
+def test_the_heartbeat_reports_the_longest_pass_of_the_loop(tmp_path):
+    heartbeat = Heartbeat(tmp_path)
+    for now in (10.0, 10.5, 13.0, 13.1):
+        heartbeat.passed_at(now)
+    heartbeat.write(forwards=1, queued=0, now=13.1)
+    assert read_beats(tmp_path)[0]["longest_step"] == 2.5
