@@ -173,7 +173,8 @@ def _add_route(liveness: Liveness, *args, **kwargs) -> None:
 
     folder = Path(os.environ[HEARTBEAT_DIR_ENV])
 
-    async def dspark_liveness() -> JSONResponse:
+    async def dspark_liveness():  # no return annotation: under `from __future__ import annotations` FastAPI
+        # cannot resolve a locally imported JSONResponse, and /openapi.json answered 500
         beats = read_beats(folder)
         found = problems(beats, liveness, time.monotonic())
         return JSONResponse({"alive": not found, "schedulers": len(beats), "problems": found,
