@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from dspark.integration.runtime_state import VersionConflict
-from dspark.models.errors import ConfigError
+from dspark.models.errors import ConfigError, shown
 
 
 class ReplicaUnavailable(Exception):
@@ -46,7 +46,7 @@ class SGLangBackend:
         name why the schedulers refused it."""
         replies = self._call("POST", "/set_internal_state", {"server_args": {"dspark": envelope}})
         if not isinstance(replies, list) or not replies or not all(isinstance(r, dict) for r in replies):
-            raise ConfigError(f"the server did not apply the update: {replies!r}")
+            raise ConfigError(f"the server did not apply the update: {shown(replies)}")
         return replies[0]
 
     def started(self) -> bool:

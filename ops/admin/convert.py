@@ -2,8 +2,8 @@
 
 A `Settings` message carries a setting by presence: an `optional` field that is set has a value, an unset one
 is null (for the repeated sts_temperatures: an empty list). An update names its settings in `update_mask`;
-paths that are not settings, and fields the server does not know (a newer client's, or a wrong wire type),
-are refused by name rather than ignored.
+paths that are not settings are refused by name (clipped: a path may be a megabyte) rather than ignored, as are
+fields the server does not know or of a wrong wire type, in every request message (wire.py).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Optional
 from google.protobuf import field_mask_pb2
 
 from dspark.models.decoding.settings import names, spec_of
-from dspark.models.errors import ConfigError
+from dspark.models.errors import ConfigError, shown
 from dspark.ops.admin.v1 import admin_pb2 as pb
 
 
@@ -31,11 +31,10 @@ def settings_to_message(values: dict) -> pb.Settings:
 
 def message_to_settings(message: pb.Settings, paths: Optional[list[str]] = None) -> dict:
     """{name: value or None} for the settings in `paths` (default: every setting)."""
-    reject_unknown_fields(message)
     chosen = list(paths) if paths is not None else list(names())
     unknown = sorted(set(chosen) - set(names()))
     if unknown:
-        raise ConfigError(f"update_mask names unknown setting(s) {unknown}; known: {list(names())}")
+        raise ConfigError(f"update_mask names unknown setting(s) {shown(unknown)}; known: {list(names())}")
     return {name: field_value(message, name) for name in chosen}
 
 
@@ -43,16 +42,6 @@ def field_value(message: pb.Settings, name: str) -> Any:
     if spec_of(name).per_position:
         return list(getattr(message, name)) or None
     return getattr(message, name) if message.HasField(name) else None
-
-
-def reject_unknown_fields(message) -> None:
-    from google.protobuf.unknown_fields import UnknownFieldSet
-
-    unknown = UnknownFieldSet(message)
-    if len(unknown):
-        numbers = sorted({field.field_number for field in unknown})
-        raise ConfigError(f"Settings has field number(s) {numbers} this server does not know (or of the wrong "
-                          f"type); known: {list(names())}")
 
 
 def state_message(report: dict) -> pb.State:

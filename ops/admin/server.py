@@ -18,10 +18,12 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent import futures
+from functools import partial
 from dataclasses import dataclass
 from typing import Optional
 
 import grpc
+from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -29,7 +31,8 @@ from dspark.integration.addresses import join_host_port
 from dspark.ops.admin.backend import SGLangBackend
 from dspark.ops.admin.security import AuditLog, TlsFiles, check_listen_address
 from dspark.ops.admin.service import AdminService
-from dspark.ops.admin.v1 import admin_pb2, admin_pb2_grpc
+from dspark.ops.admin.v1 import admin_pb2
+from dspark.ops.admin.wire import Unparsed
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +42,7 @@ KEEPALIVE = [("grpc.keepalive_time_ms", 60_000), ("grpc.keepalive_timeout_ms", 2
              ("grpc.keepalive_permit_without_calls", 1),
              ("grpc.http2.min_ping_interval_without_data_ms", 10_000), ("grpc.http2.max_pings_without_data", 0)]
 MAX_WORKERS = 32  # each WatchState stream holds one, and streams.TOTAL of them at most
+MAX_REQUEST_BYTES = 1 << 20  # refused unread above (gRPC's default: 4 MiB); an admin request takes under 1 KB
 STOP_GRACE_S = 2.0
 
 
@@ -57,8 +61,11 @@ def start(service: AdminService, host: str, port: int, tls: TlsFiles, insecure: 
     """Bind and start; port 0 picks a free one. Raises ConfigError for an unsafe or bad transport."""
     credentials = tls.server_credentials()
     check_listen_address(host, credentials is not None, insecure)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_WORKERS), options=KEEPALIVE)
-    admin_pb2_grpc.add_AdminServicer_to_server(service, server)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_WORKERS),
+                         options=KEEPALIVE + [("grpc.max_receive_message_length", MAX_REQUEST_BYTES)])
+    handlers = admin_handlers(service)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
@@ -70,6 +77,18 @@ def start(service: AdminService, host: str, port: int, tls: TlsFiles, insecure: 
     logger.info("dspark admin: %s on %s (%s)", SERVICE, join_host_port(host, bound), "TLS" if credentials else
                 "plaintext")
     return RunningAdmin(server, bound, service)
+
+
+def admin_handlers(service: AdminService) -> dict:
+    """The Admin service's method handlers, each handed its request unparsed (wire.py: parsed strictly once the
+    caller is authorized; the generated ones parse with protobuf's own lenient FromString before the handler)."""
+    handlers = {}
+    for method in admin_pb2.DESCRIPTOR.services_by_name["Admin"].methods:
+        kind = grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
+        handlers[method.name] = kind(getattr(service, method.name),
+                                     request_deserializer=partial(Unparsed, GetMessageClass(method.input_type)),
+                                     response_serializer=GetMessageClass(method.output_type).SerializeToString)
+    return handlers
 
 
 def track_health(backend: SGLangBackend, servicer: health.HealthServicer, stop: threading.Event) -> None:

@@ -5,7 +5,9 @@ ProfileSps, Calibrate, Restart) need an admin one, pass the per-caller rate limi
 outcome. A change is one envelope-form `dspark` update (integration/runtime_state.py), so validation,
 versioning and history happen in the schedulers, atomically. Status codes:
 
-    INVALID_ARGUMENT    a value out of range, a wrong type or unknown field, an unknown mask path, an empty mask,
+    INVALID_ARGUMENT    a value out of range, an unknown field or one of the wrong wire type in any request message
+                        (wire.py: checked once the caller is authorized, before anything is read or applied),
+                        an unknown mask path, an empty mask,
                         an sps_table outside the SPS directories or one that cannot be read as a table,
                         min_samples outside 1..the window's size (0: the default), WatchState's interval_s
                         outside its bounds (streams.py; 0: 1 s), Restart's timeout_s outside
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from dspark.integration.runtime_state import PREVIOUS, VersionConflict
 from dspark.models.decoding.sps_profile import load_sps
@@ -44,10 +47,12 @@ from dspark.ops.admin.streams import Streams, StreamsFull, watch_interval
 from dspark.ops.admin.tracing import rpc_span
 from dspark.ops.admin.v1 import admin_pb2 as pb
 from dspark.ops.admin.v1 import admin_pb2_grpc
+from dspark.ops.admin.wire import Unparsed
 
 DEFAULT_CALIBRATION_SAMPLES = 64
 DEFAULT_SPS_SAMPLES = 256
 RESTART_POLL_S = 0.5
+MAX_DETAIL_CHARS = 1024  # a refusal's reason (gRPC trailers hold 8 KiB in all by default)
 
 T = TypeVar("T")
 
@@ -94,12 +99,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     @traced
     def GetState(self, request, context):
-        self.reader(context, "GetState")
+        self.reader(context, "GetState", request)
         return state_message(self.report(context))
 
     @traced
     def History(self, request, context):
-        self.reader(context, "History")
+        self.reader(context, "History", request)
         return pb.HistoryResponse(entries=[
             pb.HistoryEntry(version=c["version"], caller=c["caller"], time_unix_s=c["time"], action=c["action"],
                             settings=settings_to_message(c["state"]))
@@ -107,14 +112,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     @traced
     def WatchState(self, request, context):
-        caller = self.reader(context, "WatchState")
+        caller, request = self.reader(context, "WatchState", request)
         try:
             interval = watch_interval(request.interval_s)
             slot = self.streams.admit(caller.name)
         except ConfigError as err:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
         except StreamsFull as full:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(full))
+            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(full))
         context.add_callback(slot.wake.set)  # the client cancelled, or the call ended
         try:
             previous = self.report(context)
@@ -133,31 +138,31 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     @traced
     def UpdateState(self, request, context):
-        def envelope(caller: Caller) -> dict:
+        def envelope(caller: Caller, request: pb.UpdateStateRequest) -> dict:
             paths = list(request.update_mask.paths)
             if not paths:
                 raise ConfigError("update_mask is empty: name the settings to change")
             return {"set": message_to_settings(request.settings, paths), "caller": caller.name,
                     "validate_only": request.validate_only, **expected(request)}
-        return self.change(context, "UpdateState", envelope)
+        return self.change(context, "UpdateState", request, envelope)
 
     @traced
     def Rollback(self, request, context):
-        def envelope(caller: Caller) -> dict:
+        def envelope(caller: Caller, request: pb.RollbackRequest) -> dict:
             to = request.to_version if request.HasField("to_version") else PREVIOUS
             return {"rollback_to": to, "caller": caller.name, **expected(request)}
-        return self.change(context, "Rollback", envelope)
+        return self.change(context, "Rollback", request, envelope)
 
     @traced
     def ProfileSps(self, request, context):
-        def envelope(caller: Caller) -> dict:
+        def envelope(caller: Caller, request: pb.ProfileSpsRequest) -> dict:
             # The schedulers fit the table to traffic, or measure it with SGLang's own forward between rounds, and
             # write it (integration/refit.py, integration/sps_forward.py): no second copy of the target anywhere
             if request.from_traffic:
                 return {"refit_sps": {"min_samples": request.min_samples or DEFAULT_SPS_SAMPLES},
                         "caller": caller.name}
             return {"profile_sps": {}, "caller": caller.name}
-        response = self.change(context, "ProfileSps", envelope)
+        response = self.change(context, "ProfileSps", request, envelope)
         path = response.state.settings.sps_table
         table = load_sps(path)
         return pb.ProfileSpsResponse(state=response.state, sps_table=path,
@@ -166,13 +171,13 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     @traced
     def Calibrate(self, request, context):
-        minimum = request.min_samples or DEFAULT_CALIBRATION_SAMPLES
         captured: dict = {}
 
-        def envelope(caller: Caller) -> dict:
+        def envelope(caller: Caller, request: pb.CalibrateRequest) -> dict:
             captured["before"] = self.backend.report()["calibration"]  # authorized by now
-            return {"refit_sts": {"min_samples": minimum}, "caller": caller.name, **expected(request)}
-        response = self.change(context, "Calibrate", envelope)
+            return {"refit_sts": {"min_samples": request.min_samples or DEFAULT_CALIBRATION_SAMPLES},
+                    "caller": caller.name, **expected(request)}
+        response = self.change(context, "Calibrate", request, envelope)
         before = captured["before"]
         return pb.CalibrateResponse(state=response.state, samples=before["samples"],
                                     ece_before=[nan_for_null(e) for e in before["ece"]])
@@ -180,11 +185,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     @traced
     def Restart(self, request, context):
         if self.restarts is None:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this admin server was not started by `dspark serve`: "
+            abort(context, grpc.StatusCode.FAILED_PRECONDITION, "this admin server was not started by `dspark serve`: "
                                                               "nothing here can restart SGLang")
         began = time.monotonic()
 
-        def restart(_caller: Caller) -> tuple[dict, dict, int]:
+        def restart(_caller: Caller, request: pb.RestartRequest) -> tuple[dict, dict, int]:
             timeout = restart_timeout(request.timeout_s)
             before = self.backend.report()
             starts = self.restarts.starts()
@@ -195,7 +200,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 if self.stopping.wait(RESTART_POLL_S):
                     raise ReplicaUnavailable("the admin server is stopping; the restart goes on without it")
             return before, self.backend.report(), self.restarts.starts()
-        audit, (before, after, starts) = self.attempt(context, "Restart", restart)
+        audit, (before, after, starts) = self.attempt(context, "Restart", request, restart)
         seconds = time.monotonic() - began
         self.audit.record(**audit, result="restarted", version_before=before["version"],
                           version_after=after["version"], detail=f"serving again after {seconds:.1f} s")
@@ -203,21 +208,25 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     # ---------------------------------------------------------------- helpers
 
-    def reader(self, context, rpc: str) -> Caller:
+    def reader(self, context, rpc: str, request: Unparsed) -> tuple[Caller, Message]:
+        """The caller of a read and its request, parsed strictly; else the RPC is aborted (not audited)."""
         try:
-            return authorize(self.tokens, context, rpc)
+            return authorize(self.tokens, context, rpc), request.parse()
         except Denied as denied:
-            context.abort(denied.code, denied.reason)
+            abort(context, denied.code, denied.reason)
+        except ConfigError as err:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
 
     def report(self, context) -> dict:
         try:
             return self.backend.report()
         except ReplicaUnavailable as err:
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
+            abort(context, grpc.StatusCode.UNAVAILABLE, str(err))
 
-    def attempt(self, context, rpc: str, action: Callable[[Caller], T]) -> tuple[dict, T]:
-        """Authorize and rate-limit a change, then run action(caller): (its audit fields, its result). A refusal
-        or failure is audited and aborts the RPC with the status of the module docstring."""
+    def attempt(self, context, rpc: str, request: Unparsed, action: Callable[[Caller, Message], T]) -> tuple[dict, T]:
+        """Authorize and rate-limit a change, parse its request strictly, then run action(caller, request): (its
+        audit fields, its result). A refusal or failure is audited and aborts the RPC with the status of the module
+        docstring."""
         audit = dict(rpc=rpc, caller="anonymous", peer=context.peer())
         try:
             caller = authorize(self.tokens, context, rpc)
@@ -225,7 +234,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             if not self.limiter.allow(caller.name):
                 raise Denied(grpc.StatusCode.RESOURCE_EXHAUSTED, f"update rate limit ({self.limiter.rate}/s, "
                                                                  f"burst {self.limiter.burst}) exceeded", caller.name)
-            return audit, action(caller)
+            return audit, action(caller, request.parse())
         except Denied as denied:
             self.refuse(context, {**audit, "caller": denied.caller}, denied.code, denied.reason)
         except VersionConflict as err:
@@ -240,10 +249,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             self.refuse(context, audit, grpc.StatusCode.INTERNAL,
                         clipped(f"{type(err).__name__}: {err}", SHOWN_CHARS))
 
-    def change(self, context, rpc: str, envelope: Callable[[Caller], dict]) -> pb.UpdateStateResponse:
+    def change(self, context, rpc: str, request: Unparsed,
+               envelope: Callable[[Caller, Message], dict]) -> pb.UpdateStateResponse:
         """Apply and audit one envelope-form change (see attempt)."""
         audit, (before, outcome) = self.attempt(
-            context, rpc, lambda caller: (self.backend.report(), self.backend.update(envelope(caller))))
+            context, rpc, request,
+            lambda caller, parsed: (self.backend.report(), self.backend.update(envelope(caller, parsed))))
         before_state = {k: before[k] for k in outcome["state"]}
         self.audit.record(**audit, result="applied" if outcome["applied"] else "validated", before=before_state,
                           after=outcome["state"], version_before=before["version"],
@@ -253,7 +264,13 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     def refuse(self, context, audit: dict, code: grpc.StatusCode, reason: str) -> None:
         self.audit.record(**audit, result=code.name.lower(), detail=reason)
-        context.abort(code, reason)
+        abort(context, code, reason)
+
+
+def abort(context, code: grpc.StatusCode, reason: str) -> None:
+    """End the RPC with `code` and `reason`, clipped to MAX_DETAIL_CHARS: the values a reason quotes are clipped
+    where it is written (models/errors.py `shown`), and this bounds the whole, which travels in the trailers."""
+    context.abort(code, clipped(reason, MAX_DETAIL_CHARS))
 
 
 def expected(request) -> dict:
