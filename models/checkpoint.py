@@ -52,18 +52,15 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from dspark.models.checkpoint_conventions import (ARCH_DFLASH, ARCH_DSPARK, ARCH_EAGLE3, CONFIG_FILE, WEIGHTS_FILE,
+                                                  Convention, identify, require_served, weight_names)
 from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
 from dspark.models.drafters.config import target_dimensions, target_field_reader
 from dspark.models.drafters.draft_vocab import DRAFT_VOCAB_FILE, load_draft_vocab
 from dspark.models.errors import CheckpointError, ConfigError
 from dspark.models.jsonl import read_json_file
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 MAX_CONFIG_BYTES = 1 << 20  # a drafter's config.json is about 2 KB
-ARCH_DSPARK = "Qwen3DSparkModel"
-ARCH_DFLASH = "DFlashDraftModel"
-ARCH_EAGLE3 = "LlamaForCausalLMEagle3"
 DEFAULT_EAGLE3_GAMMA = 7  # the reference's TTT horizon, for Eagle3 checkpoints that do not record block_size
 FROZEN_WEIGHTS = ("embed_tokens.weight", "lm_head.weight")  # copies of the target's, optional in a checkpoint
 DRAFT_VOCAB_ROWS = ("markov_head.markov_w1.weight", "markov_head.markov_w2.weight")  # [vocab, rank]; compact: [V', rank]
@@ -233,20 +230,41 @@ def save_drafter(drafter: Drafter, directory, *, frozen: bool = True,
 def read_drafter_config(directory, target_config: Any = None) -> DrafterConfig:
     """The drafter config of the checkpoint in `directory`; given the target's HF config, checked to fit it.
 
-    Cheap (no weights are read): SGLang's plugin runs it in the launcher, before any traffic.
+    Cheap (no tensor is read, only the weights file's header): SGLang's plugin runs it in the launcher, before any
+    traffic. A checkpoint in another trainer's layout that SGLang would serve wrong (checkpoint_conventions.py) is
+    refused, naming its convention and `dspark convert`.
     """
     directory = Path(directory)
-    config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
-    for path in (config_path, weights_path):
-        if not path.is_file():
-            raise CheckpointError(f"{path} is missing; a drafter checkpoint holds {CONFIG_FILE} and {WEIGHTS_FILE}")
-    raw = read_json_file(config_path, str(config_path), "a drafter config JSON", MAX_CONFIG_BYTES,
-                         error=CheckpointError)
+    raw, convention = _read_identified(directory)
+    # A trainer's layout SGLang would misread (shifted slots, nested heads) is refused before anything else
+    require_served(convention, str(directory))
+    config_path = directory / CONFIG_FILE
     target_layers = None if target_config is None else target_field_reader(target_config)("num_hidden_layers")
     config = config_from_json(raw, source=str(config_path), target_num_layers=target_layers)
     if target_config is not None:
         check_fits_target(config, target_config, source=str(directory))
     return config
+
+
+def checkpoint_convention(directory) -> Convention:
+    """Which trainer's layout the checkpoint in `directory` is in, from its config.json and weight names
+    (checkpoint_conventions.py); a CheckpointError when it is none known."""
+    return _read_identified(Path(directory))[1]
+
+
+def read_raw_config(directory) -> Any:
+    """The parsed config.json of the checkpoint in `directory`, read bounded (MAX_CONFIG_BYTES), unchecked."""
+    path = Path(directory) / CONFIG_FILE
+    return read_json_file(path, str(path), "a drafter config JSON", MAX_CONFIG_BYTES, error=CheckpointError)
+
+
+def _read_identified(directory: Path) -> tuple:
+    """(the raw config.json, its Convention) of a checkpoint directory holding both files."""
+    for path in (directory / CONFIG_FILE, directory / WEIGHTS_FILE):
+        if not path.is_file():
+            raise CheckpointError(f"{path} is missing; a drafter checkpoint holds {CONFIG_FILE} and {WEIGHTS_FILE}")
+    raw = read_raw_config(directory)
+    return raw, identify(raw, weight_names(directory), source=str(directory / CONFIG_FILE))
 
 
 def load_drafter(directory, target_config: Any = None, *, target_model: Optional[torch.nn.Module] = None,
@@ -275,8 +293,7 @@ def load_drafter(directory, target_config: Any = None, *, target_model: Optional
         head = tensors["lm_head.weight"]
         tensors["lm_head.weight"] = head.clone().index_copy_(0, token_ids.to(head.device), rows.to(head))
     tensors = _with_all_vocab_rows(tensors, Path(directory), config.vocab_size)
-    with torch.device("meta"):  # shapes only: a config.json that asks for terabytes allocates nothing
-        _check_weights(DRAFTER_CLASSES[config.kind](config), tensors, str(weights_path))
+    check_weights_match(config, tensors, str(weights_path))
     drafter = DRAFTER_CLASSES[config.kind](config)  # now the size of the weights file
     drafter.load_state_dict(tensors)
     return drafter.to(device=device, dtype=dtype or stored)
@@ -285,12 +302,7 @@ def load_drafter(directory, target_config: Any = None, *, target_model: Optional
 def taken_from_target(directory) -> list:
     """What loading the checkpoint takes from the target model: each frozen copy it does not store (FROZEN_WEIGHTS
     names), and for a compact Eagle3, which stores its draft vocabulary's lm_head rows, the rows outside it."""
-    path = Path(directory) / WEIGHTS_FILE
-    try:
-        with safe_open(str(path), framework="pt") as handle:
-            stored = set(handle.keys())
-    except (SafetensorError, OSError) as err:
-        raise CheckpointError(f"{path} cannot be read as safetensors: {err}") from err
+    stored = weight_names(directory)
     taken = [name for name in FROZEN_WEIGHTS if name not in stored]
     return (taken + ["lm_head.weight rows outside the draft vocabulary"]) if D2T in stored else taken
 
@@ -390,6 +402,15 @@ def sglang_checkpoint(directory, cache: Path) -> Path:
     save_file(tensors, str(staging / WEIGHTS_FILE), metadata={"format": "pt"})
     staging.replace(out)  # a complete copy or none: a killed write is redone by the next start
     return out
+
+
+def check_weights_match(config: DrafterConfig, tensors: dict, source: str) -> None:
+    """Refuse tensors that are not exactly the weights `config` needs, by name and shape; the frozen copies a slim
+    checkpoint leaves out may be missing. Shapes only: a config that asks for terabytes allocates nothing."""
+    with torch.device("meta"):
+        drafter = DRAFTER_CLASSES[config.kind](config)
+        frozen = {name: t for name, t in drafter.state_dict().items() if name in FROZEN_WEIGHTS}
+    _check_weights(drafter, {**frozen, **tensors}, source)
 
 
 def _check_weights(drafter: Drafter, tensors: dict, source: str) -> None:

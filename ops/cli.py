@@ -18,8 +18,8 @@ from dspark.models.errors import DsparkError
 
 # `dspark NAME` -> the module that registers it, in the order `dspark --help` lists them.
 COMMANDS = {name: f"dspark.ops.{folder}.{name.replace('-', '_')}" for folder, names in (
-    ("commands", ("embedded-target", "train", "self-chat", "chat-prompts", "regenerate", "check", "provide-target",
-                  "generate", "eval", "calibrate", "profile-sps", "demo", "serve", "admin-server", "admin")),
+    ("commands", ("embedded-target", "train", "self-chat", "chat-prompts", "regenerate", "check", "convert",
+                  "provide-target", "generate", "eval", "calibrate", "profile-sps", "demo", "serve", "admin-server", "admin")),
     ("harness", ("bench", "bench-sched", "bench-serve", "bench-trace", "soak", "gpu-check"))) for name in names}
 
 

@@ -7,7 +7,10 @@ too) are read. Then loads the checkpoint exactly as serving and decoding will (d
 which checks hidden size, vocab, target layer ids, mask token and every weight against the target) and prints what
 it is.
 A checkpoint that does not fit exits with status 2 and one line naming every mismatch. A slim checkpoint (no
-frozen embedding / lm_head copies) is completed from the target's weights, as decoding does.
+frozen embedding / lm_head copies) is completed from the target's weights, as decoding does. The first line names
+the trainer's layout the checkpoint is in (models/checkpoint_conventions.py); one that SGLang would not serve as
+trained (a speculators export, whose slots it would read shifted; a SpecForge export) exits 2 naming
+`dspark convert`.
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM
 
-from dspark.models.checkpoint import architecture, load_drafter, read_drafter_config, taken_from_target
+from dspark.models.checkpoint import (architecture, checkpoint_convention, load_drafter, read_drafter_config,
+                                      taken_from_target)
 from dspark.models.drafters.draft_vocab import DRAFT_VOCAB_FILE, load_draft_vocab
 from dspark.models.target_io import load_target_config
 
@@ -31,6 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     target_config, _ = load_target_config(args.target)
+    # Which trainer's layout it is, named first: one SGLang would serve wrong is then refused with the convert command
+    convention = checkpoint_convention(args.drafter)
+    print(f"{args.drafter}: {convention.name} layout ({convention.trainer}; {convention.slots})", flush=True)
     # The drafter's config, and whether it fits the target's config, before any weights are read: a bad config
     # is named in a moment, not after a large target's weights were loaded for nothing (and it names the files)
     read_drafter_config(args.drafter, target_config)
