@@ -213,3 +213,20 @@ def test_convert_refuses_what_it_cannot_identify_and_a_contradiction(layouts, tm
     (source / "config.json").write_text(json.dumps({**config, "markov_head_type": "gated"}))
     with pytest.raises(CheckpointError, match="markov_head_type is 'gated' at the top level but 'vanilla' nested"):
         convert_checkpoint(source, tmp_path / "out")
+
+
+def test_sglangs_own_parser_misreads_the_unconverted_fill_in_block_and_reads_the_converted_one(layouts, tmp_path):
+    # imported here: SGLang's import takes seconds the other tests of this module do not need
+    from sglang.srt.speculative.dspark_components.dspark_config import (get_dspark_sample_from_anchor,
+                                                                        resolve_runtime_config)
+
+    def sglang_reads(directory) -> tuple:
+        config = json.loads((directory / "config.json").read_text())
+        runtime = resolve_runtime_config(draft_hf_config=config, speculative_num_draft_tokens=None,
+                                         target_vocab_size=config["vocab_size"])
+        return runtime.gamma, get_dspark_sample_from_anchor(config)
+
+    unconverted = layouts["speculators-753"][1]
+    assert sglang_reads(unconverted) == (6, True)  # 6 slots read as anchor + k + 1: every slot one position early
+    convert_checkpoint(unconverted, tmp_path / "out")
+    assert sglang_reads(tmp_path / "out") == (5, False)  # 6 slots fed, drafts read from slots 1..5 as anchor + j
