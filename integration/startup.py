@@ -1,7 +1,9 @@
 """What the plugin does in SGLang's launcher once the DSPARK arguments are resolved, before any weight loads.
 
 The drafter must fit the target (vocab, hidden size, target layer ids, mask token): `read_drafter_config` with
-the target's HF config; a CheckpointError naming every mismatch stops the launch before SGLang loads a weight.
+the target's HF config; a CheckpointError naming every mismatch stops the launch before SGLang loads a weight. The
+same check refuses a drafter in another trainer's layout that SGLang would serve wrong (a speculators fill-in block
+whose slots it would read shifted: models/checkpoint_conventions.py), naming `dspark convert`.
 
 The launcher never loads the target. Without `--speculative-dspark-sps-table-path`, the schedulers measure the
 SPS table with SGLang's own forward on the model they serve, before the server is ready (sps_forward.py).

@@ -6,7 +6,9 @@
 
 Starts `python -m sglang.launch_server` with SGLang's own `--speculative-algorithm DSPARK`, the ragged
 verify layout and dspark's allocator as the verify planner (the plugin loads itself through SGLang's
-`sglang.srt.plugins` entry point). The drafter is checked against the target before SGLang starts; without
+`sglang.srt.plugins` entry point). The drafter is checked against the target before SGLang starts (one in another
+trainer's layout that SGLang would serve wrong, such as a speculators export whose slots it would read shifted, is
+refused naming `dspark convert`: models/checkpoint_conventions.py); without
 --sps-table the plugin profiles one at engine start and reuses it from the cache on later starts. The
 runtime-state flags set the initial state; change it live through the gRPC admin API (`--admin-port`: the
 admin server runs beside SGLang as a sidecar process, ops/admin/) or SGLang's `/set_internal_state`.
