@@ -18,6 +18,7 @@ from dspark.integration.server import SGLangServer, cpu_server_args, dspark_args
 
 from tests.integration.exposition import sample_value, scrape
 from tests.paths import EMBEDDED, EMBEDDED_TARGET, REPO
+from tests.server_starts import record_server_start
 
 PROMPTS = ["def __init__(self", "import os\nimport sys\n\n\ndef main(", "for i in range(", "class Node:\n    "]
 GAMMA = 5
@@ -45,6 +46,7 @@ def server(tmp_path_factory):
     extra = cpu_server_args() + dspark_args(EMBEDDED / "dspark", cpu=True) + ["--enable-metrics",
                                                                               "--max-running-requests", "8"]
     env = {**dspark_env({"policy": "causal", "drafting": "always"}), "DSPARK_CACHE": str(folder / "cache")}
+    record_server_start("sglang.launch_server")
     with SGLangServer(EMBEDDED_TARGET, extra_args=extra, env=env, log_path=folder / "server.log") as running:
         yield running
 

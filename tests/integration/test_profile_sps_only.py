@@ -12,6 +12,7 @@ from dspark.kernels.sps import SpsTable
 from dspark.models.decoding.sps_paths import SPS_DIR_ENV
 from dspark.models.decoding.sps_profile import load_sps
 from tests.paths import EMBEDDED, EMBEDDED_TARGET
+from tests.server_starts import record_server_start
 
 pytestmark = pytest.mark.slow
 
@@ -22,6 +23,7 @@ def test_profile_sps_only_leaves_a_measured_table_and_exits_zero(tmp_path):
                str(EMBEDDED / "dspark"), "--device", "cpu", "--port", str(free_port()), "--profile-sps-only"]
     env = {**os.environ, "DSPARK_CACHE": str(tmp_path / "cache"), SPS_DIR_ENV: str(tables)}
     env.pop("TRITON_INTERPRET", None)
+    record_server_start("dspark serve")
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, [line for line in done.stderr.splitlines() if "error" in line.lower()][-5:]
     assert f"its SPS table is cached under {tables / 'sglang'}" in done.stderr

@@ -1,4 +1,5 @@
-"""`dspark regenerate` through an OpenAI-compatible endpoint: the real SGLang server of the embedded target on CPU.
+"""`dspark regenerate` through an OpenAI-compatible endpoint: the real SGLang server of the embedded target on CPU
+(the session's shared `nospec_server`, tests/integration/conftest.py).
 
 Greedy replies equal transformers' greedy continuation of the chat template over the conversation so far, so a
 second turn is conditioned on the target's own first reply; a run killed midway and run again ends with every
@@ -19,7 +20,6 @@ import pytest
 from transformers import AutoTokenizer
 
 from dspark.integration.reply_backends import OpenAIChatEndpoint
-from dspark.integration.server import SGLangServer, cpu_server_args
 from dspark.models.training.regenerate import ReplySampling, regenerate
 
 from tests.integration.hf_reference import hf_greedy
@@ -31,10 +31,8 @@ KILL_AFTER_RECORDS = 3
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    log = tmp_path_factory.mktemp("sglang-regenerate") / "server.log"
-    with SGLangServer(EMBEDDED_TARGET, extra_args=cpu_server_args(), log_path=log) as running:
-        yield running
+def server(nospec_server):
+    return nospec_server
 
 
 def test_greedy_replies_are_the_target_s_over_its_own_earlier_turns(server, tmp_path):

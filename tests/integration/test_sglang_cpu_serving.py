@@ -1,14 +1,12 @@
 """The real SGLang 0.5.23 server serves the embedded target on CPU, and agrees with transformers.
 
-Starts `python -m sglang.launch_server` (dspark.integration.server, CPU recipe) on the committed
-embedded target and checks that greedy `/v1/completions` and `/generate` output equals transformers'
-greedy `generate()` token for token.
+Reads the session's shared `nospec_server` (tests/integration/conftest.py: `dspark serve --no-spec`, which runs
+`python -m sglang.launch_server` with the CPU recipe) on the committed embedded target and checks that greedy
+`/v1/completions` and `/generate` output equals transformers' greedy `generate()` token for token.
 """
 from __future__ import annotations
 
 import pytest
-
-from dspark.integration.server import SGLangServer, cpu_server_args
 
 from tests.integration.hf_reference import hf_greedy as hf_greedy_outputs
 from tests.paths import EMBEDDED_TARGET
@@ -24,11 +22,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    log = tmp_path_factory.mktemp("sglang") / "server.log"
-    with SGLangServer(EMBEDDED_TARGET, extra_args=cpu_server_args(),
-                      log_path=log) as running:
-        yield running
+def server(nospec_server):
+    return nospec_server
 
 
 @pytest.fixture(scope="module")

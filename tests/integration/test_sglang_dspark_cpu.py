@@ -24,6 +24,7 @@ from dspark.models.drafters.draft_vocab import save_draft_vocab
 from tests.integration.exposition import scrape, values_of
 from tests.integration.hf_reference import chat_prompt, hf_greedy
 from tests.paths import EMBEDDED, EMBEDDED_TARGET
+from tests.server_starts import record_server_start
 
 PROMPTS = [
     "def __init__(self",
@@ -53,6 +54,7 @@ def server(tmp_path_factory, sps_cache):
     # (the embedded drafter costs as much as its target, so the gate would skip most rounds: tested on its own)
     env = {**dspark_env({"policy": "causal", "probe_round_ratio": 0.0, "drafting": "always"}),
            "DSPARK_CACHE": str(sps_cache)}
+    record_server_start("sglang.launch_server")
     with SGLangServer(EMBEDDED_TARGET, extra_args=extra, env=env, log_path=log) as running:
         yield running
 
@@ -235,6 +237,7 @@ def test_a_drafter_for_another_target_stops_the_launch_before_serving(tmp_path):
     extra = cpu_server_args() + dspark_args(EMBEDDED / "smollm2-dspark-regen", cpu=True)
     server = SGLangServer(EMBEDDED_TARGET, extra_args=extra, env=dspark_env({"policy": "fixed"}),
                           log_path=tmp_path / "server.log")
+    record_server_start("sglang.launch_server")
     with pytest.raises(RuntimeError, match="exited with code") as failure:
         server.start()
     assert "does not fit the target: hidden_size is 576, the target's is 256" in str(failure.value)
@@ -253,6 +256,7 @@ def test_a_draft_vocabulary_bounds_what_sglang_drafts(tmp_path, sps_cache, refer
     extra = cpu_server_args() + dspark_args(drafter, cpu=True)
     env = {**dspark_env({"policy": "fixed", "probe_round_ratio": 0.0, "drafting": "always"}),
            "DSPARK_CACHE": str(sps_cache)}
+    record_server_start("sglang.launch_server")
     with SGLangServer(EMBEDDED_TARGET, extra_args=extra, env=env, log_path=tmp_path / "server.log") as masked:
         responses = masked.post("/generate", {"text": PROMPTS, "sampling_params": {
             "max_new_tokens": MAX_NEW_TOKENS, "temperature": 0}})
