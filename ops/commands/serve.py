@@ -359,7 +359,8 @@ def run(args: argparse.Namespace) -> int:
             kill_tree(process.pid)
 
     def watch(process: subprocess.Popen) -> None:
-        watch_liveness(process, liveness, lambda: stopping.is_set() or draining.is_set(), partial(kill_hung, process))
+        watch_liveness(process, liveness, backend.started, lambda: stopping.is_set() or draining.is_set(),
+                       partial(kill_hung, process))
 
     watch(server)
 

@@ -23,7 +23,8 @@ from dspark.integration.liveness import BEAT_EVERY_S, Heartbeat, Liveness, probl
 from tests.integration.dspark_serve import DsparkServe
 from tests.integration.exposition import scrape
 
-WINDOW_S = 5.0  # the liveness window and the step bound alike
+WINDOW_S = 5.0
+STEP_BOUND_S = 15.0  # a pass of the loop on two cores shared with other test runs took 7 s at worst
 PROBE_EVERY_S = 0.25
 RUNNING = 8  # DsparkServe's --max-running-requests
 CLIENTS, TOKENS = RUNNING + 4, 128  # a full batch with 4 more waiting, each client asking again until LOAD_S passed
@@ -33,7 +34,8 @@ LOAD_S = 3 * WINDOW_S  # well over the window, however fast this machine generat
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     replica = DsparkServe.alone(tmp_path_factory.mktemp("liveness"),
-                                dspark_args=("--liveness-window", str(WINDOW_S), "--liveness-step-bound", str(WINDOW_S)),
+                                dspark_args=("--liveness-window", str(WINDOW_S), "--liveness-step-bound",
+                                             str(STEP_BOUND_S)),
                                 env={"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false"}).start()
     replica.wait_ready()
     yield replica
@@ -100,6 +102,7 @@ def test_liveness_passes_while_idle_and_through_a_long_generation_at_full_load(s
     assert all(lengths and set(lengths) == {TOKENS} for lengths in (answer.result() for answer in answers))
     assert lasted > LOAD_S > 2 * WINDOW_S, "the load must outlast the window for this test to mean anything"
     assert set(seen) == {200}, seen
+    print(f"longest pass of the scheduler's loop so far: {probe(server.url)[1]['longest_step_s']} s")
 
 
 def generate_retrying(url: str, max_new_tokens: int, failures: list) -> dict:
@@ -143,8 +146,11 @@ def test_a_stopped_scheduler_fails_liveness_and_dspark_serve_restarts_sglang_its
         os.kill(scheduler.pid, signal.SIGSTOP)
         stopped = time.monotonic()
         health = probe(server.url, "/health")[0]  # seconds before the step bound: SGLang itself sees nothing wrong
+        killed = None
         while restarts_counted(server) != 1:
-            assert server.process.poll() is None and time.monotonic() - stopped < 600, server.log.read_text()[-3000:]
+            assert server.process.poll() is None and time.monotonic() - stopped < 900, server.log.read_text()[-3000:]
+            if killed is None and not psutil.pid_exists(scheduler.pid):
+                killed = time.monotonic() - stopped
             time.sleep(PROBE_EVERY_S)
         back = time.monotonic() - stopped
         assert probe_until(server.url, 200, time.monotonic() + 60)[0] == 200, "the restarted SGLang is alive"
@@ -154,12 +160,12 @@ def test_a_stopped_scheduler_fails_liveness_and_dspark_serve_restarts_sglang_its
     assert health == 200
     log = server.log.read_text()
     assert f"SGLang failed its liveness check (scheduler {scheduler.pid} has not run its loop for" in log, log[-3000:]
-    assert f"(liveness_step_bound {WINDOW_S:g} s)); killing it" in log
+    assert f"(liveness_step_bound {STEP_BOUND_S:g} s)); killing it" in log
     assert not psutil.pid_exists(scheduler.pid) or psutil.Process(scheduler.pid).status() == psutil.STATUS_ZOMBIE
     assert failures, "no request met the restart: the load did not span it"
     assert answers and set(answers) == {64}
-    print(f"stopped scheduler: SGLang killed and serving again {back:.1f} s after SIGSTOP; {len(answers)} answers, "
-          f"{len(failures)} tries refused meanwhile")
+    print(f"stopped scheduler: killed {killed and round(killed, 1)} s and serving again {back:.1f} s after SIGSTOP (step bound "
+          f"{STEP_BOUND_S:g} s); {len(answers)} answers, {len(failures)} tries refused meanwhile")
 
 
 def test_work_that_makes_no_progress_for_the_window_is_hung_and_idle_time_is_not(tmp_path):
