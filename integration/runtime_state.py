@@ -181,11 +181,15 @@ class RuntimeStateStore:
         raise ConfigError(f"version {to} is not in the kept history (versions {kept[0]}..{kept[-1]})")
 
     def update(self, value: Any) -> dict:
-        """Apply an update (either form): {"applied", "version", "state"} (validate_only: the state it would give)."""
+        """Apply an update (either form): what `install` answers."""
         return self.install(*self.check(value))
 
     def install(self, planner: Planner, update: Update) -> dict:
-        """Apply what `check` returned (as `update`); nothing here can fail."""
+        """Apply what `check` returned (as `update`); nothing here can fail. {"applied", "version", "state"
+        (validate_only: the state it would give), "gamma"} and what it replaced, "version_before" and
+        "state_before": taken in the same step, so an audit of the change is exact whoever else changes the state
+        (another admin caller, the HTTP side door, an automatic refit)."""
+        replaced = {"version_before": self.version, "state_before": self.planner.state.to_dict()}
         self.last_rejection = None
         if not update.validate_only:
             self.planner, self.version = planner, self.version + 1
@@ -193,7 +197,8 @@ class RuntimeStateStore:
             self.history.append(Change(self.version, planner.state, update.caller, self.clock(), action))
             if self.on_change is not None:
                 self.on_change(planner.state)
-        return {"applied": not update.validate_only, "version": self.version, "state": planner.state.to_dict()}
+        return {"applied": not update.validate_only, "version": self.version, "state": planner.state.to_dict(),
+                "gamma": self.gamma, **replaced}
 
     def report(self) -> dict:
         return {**self.planner.state.to_dict(), "gamma": self.gamma, "version": self.version,

@@ -89,6 +89,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     restarts: Optional[RestartChannel] = None  # to the `dspark serve` that supervises SGLang (restart.py)
     streams: Streams = field(default_factory=Streams)
     stopping: threading.Event = field(default_factory=threading.Event)
+    changing: threading.Lock = field(default_factory=threading.Lock)  # one change and its audit line at a time
 
     def stop(self) -> None:
         """The server is stopping: wake every stream and Restart wait, and admit no more streams."""
@@ -227,7 +228,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         """Authorize and rate-limit a change, parse its request strictly, then run action(caller, request): (its
         audit fields, its result). A refusal or failure is audited and aborts the RPC with the status of the module
         docstring."""
-        audit = dict(rpc=rpc, caller="anonymous", peer=context.peer())
+        audit = audit_fields(context, rpc, "anonymous")
         try:
             caller = authorize(self.tokens, context, rpc)
             audit["caller"] = caller.name
@@ -251,20 +252,28 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     def change(self, context, rpc: str, request: Unparsed,
                envelope: Callable[[Caller, Message], dict]) -> pb.UpdateStateResponse:
-        """Apply and audit one envelope-form change (see attempt)."""
-        audit, (before, outcome) = self.attempt(
-            context, rpc, request,
-            lambda caller, parsed: (self.backend.report(), self.backend.update(envelope(caller, parsed))))
-        before_state = {k: before[k] for k in outcome["state"]}
-        self.audit.record(**audit, result="applied" if outcome["applied"] else "validated", before=before_state,
-                          after=outcome["state"], version_before=before["version"],
-                          version_after=outcome["version"])
-        state = state_message({**outcome["state"], "version": outcome["version"], "gamma": before["gamma"]})
+        """Apply and audit one envelope-form change (see attempt). The audit line's version and settings before are
+        what the schedulers replaced, as they answer (runtime_state.py `install`), and one change and its line are
+        written at a time (`changing`), so the lines come in version order and chain."""
+        def apply(caller: Caller, parsed: Message) -> dict:
+            with self.changing:
+                outcome = self.backend.update(envelope(caller, parsed))
+                self.audit.record(**audit_fields(context, rpc, caller.name),
+                                  result="applied" if outcome["applied"] else "validated",
+                                  before=outcome["state_before"], after=outcome["state"],
+                                  version_before=outcome["version_before"], version_after=outcome["version"])
+            return outcome
+        _, outcome = self.attempt(context, rpc, request, apply)
+        state = state_message({**outcome["state"], "version": outcome["version"], "gamma": outcome["gamma"]})
         return pb.UpdateStateResponse(state=state, applied=outcome["applied"])
 
     def refuse(self, context, audit: dict, code: grpc.StatusCode, reason: str) -> None:
         self.audit.record(**audit, result=code.name.lower(), detail=reason)
         abort(context, code, reason)
+
+
+def audit_fields(context, rpc: str, caller: str) -> dict:
+    return dict(rpc=rpc, caller=caller, peer=context.peer())
 
 
 def abort(context, code: grpc.StatusCode, reason: str) -> None:

@@ -75,10 +75,12 @@ def test_malformed_updates_are_rejected(changes, problem):
 def test_envelope_updates_are_conditional_audited_and_validate_only_changes_nothing():
     store = RuntimeStateStore(State(policy="fixed"), GAMMA, clock=lambda: 1234.0)
     dry = store.update({"set": {"policy": "mtp1"}, "validate_only": True, "caller": "alice"})
-    assert dry == {"applied": False, "version": 0, "state": {**State(policy="mtp1").to_dict()}}
+    assert dry == {"applied": False, "version": 0, "state": {**State(policy="mtp1").to_dict()}, "gamma": GAMMA,
+                   "version_before": 0, "state_before": State(policy="fixed").to_dict()}
     assert store.planner.state.policy == "fixed" and len(store.history) == 1
     done = store.update({"set": {"policy": "mtp1"}, "expected_version": 0, "caller": "alice"})
     assert done["applied"] and done["version"] == 1 and store.planner.state.policy == "mtp1"
+    assert (done["version_before"], done["state_before"]["policy"]) == (0, "fixed")  # what it replaced
     with pytest.raises(VersionConflict, match="expected version 0, the current version is 1"):
         store.update({"set": {"policy": "fixed"}, "expected_version": 0, "caller": "bob"})
     assert store.planner.state.policy == "mtp1" and store.version == 1
