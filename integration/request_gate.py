@@ -43,10 +43,16 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 from dspark.integration.drain import RefuseWhileDraining
+from dspark.integration.gate_workers import GateWorkers, WorkRefused
 from dspark.integration.http_errors import error_body, respond
 from dspark.integration.metrics import observe_gate_in_flight, observe_gate_refusal
 from dspark.integration.request_limits import RequestLimits
 from dspark.integration.routes import RouteClassifier, RouteKind
+from dspark.integration.parser_bounds import PARSER_ENDPOINTS, runs_in_worker
+from dspark.integration.scheduler_fields import FieldRefusal, check_scope, check_strings
+from dspark.integration.sessions import SessionGuard
+from dspark.integration.stop_regex import window_clamp
+from dspark.integration.validation_errors import scrub_validation_errors
 from dspark.models.errors import ConfigError, clipped, shown
 
 CONTAINERS = ("sampling_params", "options", "parameters", "instances")
@@ -61,6 +67,8 @@ READ_FROM_TEXT = ("top_k", "min_tokens", "logprob_start_len") + SEED_FIELDS + LO
     MAX_TOKEN_FIELDS  # integer fields pydantic also reads from a string of digits
 INT32 = (-(1 << 31), (1 << 31) - 1)
 INT64 = (-(1 << 63), (1 << 63) - 1)
+UTILITY_ENDPOINTS = PARSER_ENDPOINTS | {  # start no model work, but read what they are sent in the HTTP process
+    "openai_v1_tokenize", "openai_v1_detokenize", "anthropic_v1_count_tokens", "open_session", "close_session"}
 DISCARD_MAX_BYTES, DISCARD_MAX_S = 64 << 20, 5.0  # what a refused body's unread rest may cost before the answer
 NUMBER, INTEGER, STOP = "a number", "an integer", "a string or a list of strings"
 OLLAMA_OPTIONS = {  # what SGLang maps to sampling parameters (others it ignores): kind, allowed, the range as said
@@ -213,6 +221,10 @@ def check_body(body: Any, limits: RequestLimits, bounds: ModelBounds) -> int:
     """The sub-requests (prompts x n) `body` asks for; Refused when a value is out of its bound."""
     if not isinstance(body, dict):
         raise Refused(400, "body", f"the request body must be a JSON object, got {type(body).__name__}")
+    try:
+        check_strings(body)
+    except FieldRefusal as refusal:
+        raise Refused(400, clipped(refusal.field, 200), refusal.message, counted_as="lone_surrogate") from None
     check_ollama_options(body.get("options"))
     if body.get("messages") == []:  # SGLang's Ollama chat fails on it (a 500); the others refuse it
         raise Refused(400, "messages", "messages must hold at least one message, got []")
@@ -221,6 +233,10 @@ def check_body(body: Any, limits: RequestLimits, bounds: ModelBounds) -> int:
     per_prompt = 1
     for scope in scopes(body):
         check_magnitudes(scope)
+        try:
+            per_prompt = max(per_prompt, check_scope(scope, limits.max_n, bounds.context, limits.max_grammar_bytes))
+        except FieldRefusal as refusal:
+            raise Refused(400, refusal.field, refusal.message) from None
         for field in LOGPROB_FIELDS:
             check_range(field, scope.get(field), 0, logprobs)
         for field in COUNT_FIELDS:
@@ -263,6 +279,7 @@ class RequestGate:
     def __init__(self, app, classify: RouteClassifier, limits: RequestLimits, model_bounds):
         self.app, self.classify, self.limits, self.model_bounds = app, classify, limits, model_bounds
         self.in_flight = 0  # sub-requests admitted and not yet answered (one event loop: no lock)
+        self.workers = GateWorkers(limits)
         observe_gate_in_flight(0)  # listed from the start, not from the first request
 
     async def __call__(self, scope, receive, send):
@@ -271,13 +288,17 @@ class RequestGate:
         kind = self.classify(scope)
         if kind is RouteKind.REFUSED:
             return await self.refuse_route(scope, send)
+        if scope["type"] == "http" and self.classify.endpoint_name(scope) in UTILITY_ENDPOINTS:
+            return await self.utility(scope, receive, send, self.classify.endpoint_name(scope))
         if kind is not RouteKind.GATED or scope["type"] != "http":
             return await self.app(scope, receive, send)
         body = None
         try:
             check_content_type(scope)
             body = await self.read_body(scope, receive)
-            count = check_body(parse(body), self.limits, self.model_bounds())
+            payload = parse(body)
+            count = check_body(payload, self.limits, self.model_bounds())
+            await self.checked_work(self.workers.check_grammars(scopes(payload)))
             if self.in_flight + count > self.limits.max_queued_requests:
                 raise Refused(429, "max_queued_requests", f"the replica has {self.in_flight} sub-requests in "
                                                           f"flight; {count} more would pass max_queued_requests="
@@ -299,11 +320,44 @@ class RequestGate:
         self.in_flight += count
         observe_gate_in_flight(self.in_flight)
 
-    async def read_body(self, scope, receive) -> bytes:
-        limit = self.limits.max_body_bytes
+    @staticmethod
+    async def checked_work(work):
+        """The result of bounded work (gate_workers.py), its refusal as the gate's."""
+        try:
+            return await work
+        except WorkRefused as refused:
+            raise Refused(refused.status, refused.field, refused.message, refused.counted_as) from None
+
+    async def utility(self, scope, receive, send, endpoint: str) -> None:
+        """A route that starts no model work but reads what it is sent (UTILITY_ENDPOINTS): its body capped at
+        max_utility_body_bytes, JSON without lone surrogates when there is one; the parser routes answered here
+        from a bounded worker (parser_bounds.py)."""
+        body, answer = None, None
+        try:
+            body = await self.read_body(scope, receive, "max_utility_body_bytes")
+            payload = parse(body) if body.strip() else None
+            try:
+                check_strings(payload)
+            except FieldRefusal as refusal:
+                raise Refused(400, clipped(refusal.field, 200), refusal.message, "lone_surrogate") from None
+            if endpoint in PARSER_ENDPOINTS and not (isinstance(payload, dict) and not runs_in_worker(endpoint,
+                                                                                                    payload)):
+                answer = await self.checked_work(self.workers.parse(endpoint, payload))
+        except Refused as refused:
+            observe_gate_refusal(refused.status, refused.counted_as)
+            if body is None:
+                await discard_rest(receive)
+            return await respond(send, refused.status, error_body(refused.status, refused.message, refused.field),
+                                 retry_after=refused.status == 429)
+        if answer is not None:
+            return await respond(send, 200, json.dumps(answer).encode())
+        await self.app(scope, replay(body, receive), send)
+
+    async def read_body(self, scope, receive, limit_name: str = "max_body_bytes") -> bytes:
+        limit = getattr(self.limits, limit_name)
         declared = header(scope, b"content-length")
         if declared is not None and (not (declared.isascii() and declared.isdigit()) or int(declared) > limit):
-            raise Refused(413, "body", f"the request body must be at most {limit} bytes (max_body_bytes), "
+            raise Refused(413, "body", f"the request body must be at most {limit} bytes ({limit_name}), "
                                        f"Content-Length says {shown(declared)}")
         chunks, size = [], 0
         while True:
@@ -313,7 +367,7 @@ class RequestGate:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                raise Refused(413, "body", f"the request body must be at most {limit} bytes (max_body_bytes), "
+                raise Refused(413, "body", f"the request body must be at most {limit} bytes ({limit_name}), "
                                            f"got more than that")
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -374,8 +428,10 @@ def _add_middlewares(*args, **kwargs) -> None:
     from sglang.srt.entrypoints.http_server import app
 
     classify = RouteClassifier(app)
-    app.add_middleware(RequestGate, classify=classify, limits=RequestLimits.from_env(),
-                       model_bounds=served_model_bounds)
+    limits = RequestLimits.from_env()
+    app.add_middleware(SessionGuard, classify=classify, limits=limits)  # inside the gate: it reads capped bodies
+    app.add_middleware(RequestGate, classify=classify, limits=limits, model_bounds=served_model_bounds)
+    scrub_validation_errors(app)
     app.add_middleware(RefuseWhileDraining, classify=classify)  # added last: outermost
 
 
@@ -411,7 +467,9 @@ def install() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    RequestLimits.from_env()  # a bad hand-over stops the launch here, naming the limit
+    limits = RequestLimits.from_env()  # a bad hand-over stops the launch here, naming the limit
     HookRegistry.register("sglang.srt.server_args.ServerArgs.resolve_once", _refuse_ungated_entry_points,
                           HookType.AFTER)
     HookRegistry.register("sglang.srt.entrypoints.http_server.launch_server", _add_middlewares, HookType.BEFORE)
+    HookRegistry.register("sglang.srt.sampling.sampling_params.SamplingParams.normalize",
+                          window_clamp(limits.stop_regex_window), HookType.AFTER)
