@@ -18,9 +18,11 @@ list without `dspark` to run SGLang without it.
                 on SIGTERM, those routes answer 503 while the requests in flight finish (drain.py)
     api_keys    401 for a request without one of `dspark serve --api-key-file`'s keys (health, metrics and liveness
                 stay open)
+    admin_routes  401 without SGLang's admin key on every admin route, those SGLang's own check misses included
+                (the elastic-EP routes of an included router)
     strict_requests  OpenAI-compatible requests with an unknown field get 400 instead of running on defaults
-    liveness    GET /liveness: 503 when a scheduler stops running its loop, or has work and runs no forward,
-                for the liveness window; 200 while idle or busy
+    liveness    GET /liveness: 503 when a scheduler's loop stops for the step bound, or it has work and runs no
+                forward for the liveness window; 200 while idle or busy
     draft_vocab_mask  a drafter with a draft vocabulary drafts among its tokens only, as in dspark's engine
     verify_penalties  frequency, presence and repetition penalties and min_new_tokens applied to every verify
                 position as a decode step would apply them (SGLang's DSpark verify drops them)
@@ -29,8 +31,8 @@ list without `dspark` to run SGLang without it.
 """
 from __future__ import annotations
 
-from dspark.integration import (admin, api_keys, cpu, draft_vocab_mask, drafting, flashinfer_verify, liveness,
-                                planner, redaction, request_gate, rounds, startup, strict_requests,
+from dspark.integration import (admin, admin_routes, api_keys, cpu, draft_vocab_mask, drafting, flashinfer_verify,
+                                liveness, planner, redaction, request_gate, rounds, startup, strict_requests,
                                 verify_penalties)
 from dspark.integration.scheduler_state import SchedulerState
 
@@ -45,7 +47,8 @@ def register() -> None:
     flashinfer_verify.install()
     redaction.install()
     request_gate.install()
-    api_keys.install()  # after the gate: it wraps the gate and the drain
+    admin_routes.install()
+    api_keys.install()
     strict_requests.install()
     draft_vocab_mask.install()
     verify_penalties.install()

@@ -5,8 +5,11 @@ paths (the Ollama and Vertex AI ones), and the endpoint is what runs whatever th
 
     GATED     starts model work (generation, scoring, embeddings): request_gate.py checks the body, and during
               a drain (drain.py) the route answers 503
-    ADMIN     SGLang requires its admin key (the endpoint's `@auth_level(ADMIN_*)`); `dspark serve` always sets one
-    OPEN      starts no model work: health, model and server info, tokenization, listings
+    ADMIN     the admin key is required (the endpoint's `@auth_level(ADMIN_*)`, read through included routers):
+              by SGLang, and by dspark itself (admin_routes.py), since SGLang's own check misses the admin
+              endpoints of routers added with include_router; `dspark serve` always sets the key
+    OPEN      starts no model work: health, model and server info, tokenization, listings; sessions
+              (sessions.py bounds them)
     REFUSED   starts model work dspark does not serve or gate (audio, realtime sessions): answered 404
 
 A route in none of these tables is REFUSED as well, so a route that a later SGLang adds stays closed until
