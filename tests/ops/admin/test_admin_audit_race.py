@@ -12,30 +12,10 @@ from dspark.ops.admin.client import AdminClient, Credentials
 from dspark.ops.admin.security import AuditLog, RateLimiter, TlsFiles, TokenBook
 from dspark.ops.admin.service import AdminService
 
+from tests.ops.admin.hostile import WRITERS, check_chain, threshold_of
 from tests.ops.admin.store_replica import StoreReplica
 
-WRITERS = 50
 TOKENS = {"alice": "a" * 32, "bob": "b" * 32}
-
-
-def threshold_of(writer: int) -> float:
-    return round(0.01 * (writer + 1), 2)  # each writer sets its own value: its line can be told by it
-
-
-def check_chain(lines: list[dict], initial: dict, callers: dict[float, str]) -> int:
-    """Assert that the lines, in file order, chain from `initial`, each diff exactly what its change did against the
-    state before it; the number of applied changes."""
-    state, version, applied = dict(initial), 0, 0
-    for line in lines:
-        new = line["diff"]["threshold"][1] if "threshold" in line["diff"] else state["threshold"]
-        after = {**state, "policy": "threshold", "threshold": new}
-        assert line["caller"] == callers[new], line
-        assert line["version_before"] == version, line
-        assert line["diff"] == {k: [state[k], after[k]] for k in state if state[k] != after[k]}, line
-        if line["result"] == "applied":
-            state, version, applied = after, version + 1, applied + 1
-        assert line["version_after"] == version, line
-    return applied
 
 
 @pytest.fixture
@@ -80,7 +60,7 @@ def test_50_concurrent_conflicting_updates_leave_an_audit_log_that_chains_exactl
     lines = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert len(lines) == WRITERS and {line["rpc"] for line in lines} == {"UpdateState"}
     callers = {threshold_of(writer): names[writer % 2] for writer in range(WRITERS)}
-    applied = check_chain(lines, VerifySettings(policy="fixed").to_dict(), callers)
+    applied = check_chain(lines, VerifySettings(policy="fixed").to_dict(), 0, callers)
     assert applied == WRITERS - WRITERS // 5 == replica.store.version
     last = [line for line in lines if line["result"] == "applied"][-1]
     assert replica.store.planner.state.threshold == last["diff"]["threshold"][1]

@@ -16,30 +16,11 @@ from dspark.ops.admin.convert import update_mask
 from dspark.ops.admin.v1 import admin_pb2 as pb
 from dspark.ops.admin.wire import Unparsed
 
+from tests.ops.admin.hostile import POLICY_MTP1, delimited, tag, varint
 from tests.ops.admin.store_replica import StoreReplica
 
 TOKEN = "s" * 32
 SERVICE = pb.DESCRIPTOR.services_by_name["Admin"]
-
-
-def tag(number: int, wire: int) -> bytes:
-    return varint(number << 3 | wire)
-
-
-def varint(value: int) -> bytes:
-    out = b""
-    while value >= 0x80:
-        out += bytes([value & 0x7F | 0x80])
-        value >>= 7
-    return out + bytes([value])
-
-
-def delimited(number: int, payload: bytes) -> bytes:
-    return tag(number, 2) + varint(len(payload)) + payload
-
-
-POLICY_MTP1 = delimited(1, pb.Settings(policy="mtp1").SerializeToString()) + \
-    delimited(2, update_mask("policy").SerializeToString())  # UpdateStateRequest: a valid change of policy
 
 
 @pytest.fixture
