@@ -55,6 +55,7 @@ def convert_checkpoint(source, out) -> Convention:
     tensors = _load_weights(source)
     convention = identify(raw, tensors, source=str(source / CONFIG_FILE))
     if convention.served:
+        read_drafter_config(source)  # served as it is, so it must read as it is: nothing is copied otherwise
         out.mkdir(parents=True, exist_ok=True)
         for name in (CONFIG_FILE, WEIGHTS_FILE, DRAFT_VOCAB_FILE):
             if (source / name).is_file():
