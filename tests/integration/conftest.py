@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from dspark.ops.admin.convert import message_to_settings
+
 from tests.integration.dspark_serve import DsparkServe
 
 
@@ -21,6 +23,21 @@ def dspark_server(tmp_path_factory) -> Iterator[DsparkServe]:
     """`dspark serve` of the embedded target + DSpark with DsparkServe's defaults: policy fixed, drafting always,
     the admin sidecar, metrics on."""
     yield from DsparkServe.alone(tmp_path_factory.mktemp("dspark-server")).serving()
+
+
+@pytest.fixture
+def dspark_server_restored(dspark_server) -> Iterator[DsparkServe]:
+    """dspark_server for a test that changes its runtime state: the settings it found are set again afterwards, so
+    later sharers read the server's start settings (only the state version and the counters tell it happened)."""
+    client = dspark_server.client(dspark_server.admin_token)
+    try:
+        found = message_to_settings(client.get().settings)
+        yield dspark_server
+        if message_to_settings(client.get().settings) != found:
+            client.update(found)
+        assert message_to_settings(client.get().settings) == found, "dspark_server's settings were not restored"
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="session")
