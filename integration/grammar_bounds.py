@@ -27,13 +27,16 @@ GRAMMAR_KEYS = {"json_schema": "json", "regex": "regex", "ebnf": "ebnf", "struct
 REMEMBERED = 1024
 
 
-def compiler(tokenizer_args: tuple, vocab_size: int, eos_token_ids: Optional[list]):
+def compiler(tokenizer_args: tuple, vocab_size: int, eos_token_ids: Optional[list], any_whitespace: bool,
+             max_whitespace_cnt: Optional[int]):
     """The worker's setup: SGLang's XGrammar backend over the served tokenizer, as the scheduler makes it."""
     from sglang.srt.constrained.xgrammar_backend import XGrammarGrammarBackend
+
     from dspark.integration.parser_bounds import load_tokenizer
 
     return XGrammarGrammarBackend(load_tokenizer(*tokenizer_args), vocab_size=vocab_size,
-                                  model_eos_token_ids=eos_token_ids)
+                                  model_eos_token_ids=eos_token_ids, any_whitespace=any_whitespace,
+                                  max_whitespace_cnt=max_whitespace_cnt)
 
 
 def compile_grammar(backend, key: tuple[str, str]) -> Optional[str]:
@@ -86,14 +89,18 @@ class CompiledGrammars:
 
 
 def served_compiler_args() -> Optional[tuple]:
-    """The worker's setup arguments for the served model; None when SGLang's grammar backend is not XGrammar."""
+    """The worker's setup arguments for the served model, read where SGLang's scheduler reads them; None when its
+    grammar backend is not XGrammar."""
     from sglang.srt.entrypoints.http_server import _global_state
+    from sglang.srt.runtime_context import get_exec, get_serving
 
     from dspark.integration.parser_bounds import served_tokenizer_args
 
-    manager = _global_state.tokenizer_manager
-    if getattr(manager.server_args, "grammar_backend", "xgrammar") != "xgrammar":
+    if get_exec().kernel.grammar_backend != "xgrammar":
         return None
-    eos: Any = getattr(manager.model_config, "hf_eos_token_id", None)
+    config = _global_state.tokenizer_manager.model_config
+    eos: Any = getattr(config, "hf_eos_token_id", None)
     eos_ids = sorted(eos) if isinstance(eos, (set, list, tuple)) else ([eos] if isinstance(eos, int) else None)
-    return (served_tokenizer_args(), int(manager.model_config.vocab_size), eos_ids)
+    serving = get_serving()
+    return (served_tokenizer_args(), int(config.vocab_size), eos_ids,
+            not serving.constrained_json_disable_any_whitespace, serving.constrained_json_max_whitespace_cnt)

@@ -27,11 +27,10 @@ class ParserRequestError(Exception):
 
 
 def load_tokenizer(path: str, mode: str, trust_remote_code: bool, revision):
-    """The worker's setup: the served tokenizer, as SGLang loads it."""
+    """The worker's setup: the served tokenizer, as SGLang's tokenizer manager loads it."""
     from sglang.srt.utils.hf_transformers.tokenizer import get_tokenizer
 
-    return get_tokenizer(path, tokenizer_mode=mode, trust_remote_code=trust_remote_code,
-                         tokenizer_revision=revision)
+    return get_tokenizer(path, tokenizer_mode=mode, trust_remote_code=trust_remote_code, revision=revision)
 
 
 def parse_function_call(tokenizer, payload: dict) -> dict:
@@ -86,7 +85,9 @@ def runs_in_worker(endpoint: str, payload: dict) -> bool:
 
 
 def served_tokenizer_args() -> tuple:
-    from sglang.srt.entrypoints.http_server import _global_state
+    """load_tokenizer's arguments for the served model, read where SGLang's tokenizer manager reads them (its
+    runtime context: in 0.5.23 the launcher's ServerArgs object leaves them unset)."""
+    from sglang.srt.runtime_context import get_model, get_serving
 
-    args = _global_state.tokenizer_manager.server_args
-    return (args.tokenizer_path, args.tokenizer_mode, args.trust_remote_code, args.revision)
+    return (get_serving().tokenizer_path, get_serving().tokenizer_mode, get_model().trust_remote_code,
+            get_model().revision)

@@ -2,14 +2,19 @@
 
 Each request starts from a valid body of its route's shape, then either breaks it (a random field, at the top or
 in the container SGLang reads sampling fields from, set to a value from a pool of wrong types, out-of-range and
-edge values) or replaces the whole body with something that is not a JSON object. Requests that stay valid ask
-for at most 8 new tokens, so the fuzz costs little generation.
+edge values) or replaces the whole body with something that is not a JSON object. The fields are FIELDS and every
+field of SGLang's request types (`request_type_fields`: GenerateReqInput, SamplingParams and the OpenAI
+completions and chat requests), so a field a later SGLang adds is fuzzed without anyone listing it. Besides the
+generation routes, the routes that start no model work but read what they are sent (tokenize, detokenize,
+count_tokens, separate_reasoning, parse_function_call) are fuzzed too. Requests that stay valid ask for at most 8
+new tokens, so the fuzz costs little generation.
 """
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import lru_cache
 
 MESSAGES = [{"role": "user", "content": "def f("}]
 VALID = {
@@ -31,6 +36,14 @@ VALID = {
     "/v1/decisions": {"model": "default", "input": "def f("},
     "/v1/systemone": {"model": "default", "input": "def f("},
 }
+UTILITY_VALID = {  # routes that start no model work but parse or tokenize the body
+    "/tokenize": {"model": "default", "prompt": "def f("},
+    "/v1/detokenize": {"model": "default", "tokens": [1, 2, 3]},
+    "/v1/messages/count_tokens": {"model": "default", "messages": MESSAGES},
+    "/separate_reasoning": {"text": "<think>a</think>b", "reasoning_parser": "deepseek-r1"},
+    "/parse_function_call": {"text": "[f()]", "tool_call_parser": "pythonic",
+                             "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
+}
 CONTAINER = {"/generate": "sampling_params", "/api/generate": "options", "/api/chat": "options"}
 FIELDS = ("logprobs", "top_logprobs", "top_logprobs_num", "return_logprob", "n", "best_of", "max_tokens",
           "max_new_tokens", "max_completion_tokens", "max_output_tokens", "num_predict", "input_ids", "prompt",
@@ -43,7 +56,9 @@ OUT_OF_RANGE = (-1, -(2 ** 31), 2 ** 31, 2 ** 63, 10 ** 30, 1000000, 4096, 4097,
                 "-1", "NaN", "inf", "")
 VALUES = OUT_OF_RANGE + (0, 1, 2, 8, True, False, None, "x", "\x00", "é" * 50, [], {}, [[]], [-1], [0, 1],
                          [1000000], [[5, 6], [2 ** 40]], ["a", 3], {"1000000": 100}, {"5": 1e30}, {"a": "b"},
-                         [{"role": "user"}], [{"role": "user", "content": 5}], [1] * 5000)
+                         [{"role": "user"}], [{"role": "user", "content": 5}], [1] * 5000, [[1.0]], -7,
+                         "([\\s\\S]|[\\s\\S])*\\x01", "(", ["("], "\ud800", {"5": 1e39}, "root ::= (",
+                         {"type": "object"}, 100000)
 SMALL_TOKENS = (0, 1, 4, 8)
 
 
@@ -52,6 +67,22 @@ class FuzzRequest:
     path: str
     body: bytes
     content_type: str = "application/json"
+
+
+@lru_cache(maxsize=1)
+def request_type_fields() -> tuple[str, ...]:
+    """Every field name of SGLang 0.5.23's request types that a client can send."""
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+    from sglang.srt.managers.io_struct import GenerateReqInput
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    names = {f.name for f in fields(GenerateReqInput)} | set(SamplingParams.__struct_fields__)
+    names |= set(CompletionRequest.model_fields) | set(ChatCompletionRequest.model_fields)
+    return tuple(sorted(names))
+
+
+def all_fields() -> tuple[str, ...]:
+    return tuple(sorted(set(FIELDS) | set(request_type_fields())))
 
 
 def field_value(rng: random.Random, field: str):
@@ -74,13 +105,14 @@ def broken_body(rng: random.Random) -> tuple[bytes, str]:
 
 
 def fuzz_request(rng: random.Random) -> FuzzRequest:
-    path = rng.choice(sorted(VALID))
+    valid = {**VALID, **UTILITY_VALID}
+    path = rng.choice(sorted(valid))
     if rng.random() < 0.15:
         body, content_type = broken_body(rng)
         return FuzzRequest(path, body, content_type)
-    body = json.loads(json.dumps(VALID[path]))
+    body = json.loads(json.dumps(valid[path]))
     for _ in range(rng.choice((1, 1, 2, 3))):
-        field = rng.choice(FIELDS)
+        field = rng.choice(all_fields())
         container = body.get(CONTAINER.get(path, ""), None) if rng.random() < 0.5 else None
         (container if isinstance(container, dict) else body)[field] = field_value(rng, field)
     if path == "/generate" and rng.random() < 0.1:  # a batch
