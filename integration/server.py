@@ -37,7 +37,13 @@ from dspark.models.checkpoint import sglang_checkpoint
 
 CPU_MAX_TOTAL_TOKENS = 8192
 RAGGED_VERIFY_MODE = "compact"
-CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}  # SGLang's native (non-CUDA) RoPE, norms and friends
+CPU_ENV = {
+    "SGLANG_USE_CPU_ENGINE": "1",  # SGLang's native (non-CUDA) RoPE, norms and friends
+    # SGLang torch.compiles a few sampling helpers (the repetition penalty's scaling among them): on a CPU the first
+    # request that reaches one compiles C++ with inductor, a scheduler step of a minute or more on two busy cores,
+    # which the liveness step bound takes for a hung scheduler. Eager runs the same math.
+    "TORCH_COMPILE_DISABLE": "1",
+}
 SERVER_PORTS = (20000, 32000)  # [start, stop): below Linux's default ephemeral range 32768-60999
 READY_TIMEOUT_S = 300.0
 LOG_TAIL_CHARS = 4000
