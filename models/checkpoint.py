@@ -41,6 +41,10 @@ checkpoint that is malformed or does not fit the target: hidden size, vocab size
 of range or the final layer), mask token outside the vocab, and missing / unexpected / wrong-shape weights. The
 frozen tensors a slim checkpoint lacks are copied from `target_model` (its input and output embeddings); without
 a target model that is a CheckpointError.
+
+Checkpoints other trainers write (SpecForge's export, vllm-project/speculators' fill-in or anchor-first blocks) are
+told apart in checkpoint_conventions.py; `read_drafter_config` refuses those SGLang would serve wrong, and
+checkpoint_convert.py rewrites them into this layout (`dspark convert`).
 """
 import hashlib
 import json
