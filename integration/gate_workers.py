@@ -46,7 +46,10 @@ class GateWorkers:
                     raise WorkRefused(400, field, f"{field} did not compile within {bound:g} s "
                                                   f"(grammar_compile_s); its compilation was stopped",
                                       "grammar_compile_s") from None
-                except (Busy, TaskFailed) as err:
+                except Busy as err:
+                    raise WorkRefused(429, field, f"the grammar compiler is busy: {err}; retry later",
+                                      "grammar_busy") from None
+                except TaskFailed as err:
                     raise WorkRefused(503, field, f"{field} could not be compiled now: {err}", "grammar") from None
                 if error is not None:
                     raise WorkRefused(400, field, f"{field} does not compile: {error}", "grammar")

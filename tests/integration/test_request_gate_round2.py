@@ -164,6 +164,17 @@ def test_grammars_are_compiled_by_the_gate_first(dspark_server):
     assert status == 200 and answer["text"] in ("yes", "no"), answer
 
 
+def test_a_grammar_past_the_compile_bound_is_stopped_refused_and_the_next_request_served(dspark_server):
+    """3,000 optional literals (about 21 KB, under max_grammar_bytes): XGrammar compiles it for minutes here. On main
+    the scheduler compiled it on and later requests waited; here the gate's worker is killed at grammar_compile_s."""
+    ebnf = "root ::= " + " ".join(f'"{i}"?' for i in range(3000))
+    assert len(ebnf) < RequestLimits().max_grammar_bytes
+    status, answer = post_json(dspark_server.url + "/generate", {
+        "text": "def f(", "sampling_params": {"max_new_tokens": 4, "ebnf": ebnf}})
+    assert (status, answer.get("param")) == (400, "ebnf") and "grammar_compile_s" in answer["message"], answer
+    assert alive(dspark_server.url)
+
+
 def test_a_bounded_worker_kills_the_work_at_its_bound_and_serves_the_next_call():
     import asyncio
 
