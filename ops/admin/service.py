@@ -186,8 +186,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     @traced
     def Restart(self, request, context):
         if self.restarts is None:
-            abort(context, grpc.StatusCode.FAILED_PRECONDITION, "this admin server was not started by `dspark serve`: "
-                                                              "nothing here can restart SGLang")
+            abort(context, grpc.StatusCode.FAILED_PRECONDITION, "this admin server was not started by `dspark "
+                                                                "serve`: nothing here can restart SGLang")
         began = time.monotonic()
 
         def restart(_caller: Caller, request: pb.RestartRequest) -> tuple[dict, dict, int]:

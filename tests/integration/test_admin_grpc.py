@@ -40,6 +40,8 @@ from dspark.ops.otlp_sink import OtlpReceiver, attributes
 
 from tests.integration.dspark_serve import GAMMA, DsparkServe
 from tests.integration.hf_reference import hf_greedy
+from tests.ops.admin.hostile import WRITERS as RACE_WRITERS
+from tests.ops.admin.hostile import POLICY_MTP1, check_chain, delimited, tag, threshold_of, varint
 from tests.paths import EMBEDDED_TARGET
 
 pytestmark = pytest.mark.slow
@@ -573,6 +575,54 @@ def test_bad_sample_counts_and_a_huge_caller_are_refused_and_echo_little(replica
     assert status == 400 and "caller must be at most 128 characters" in reply["body"] and len(reply["body"]) < 1000
     assert len(dspark_info(replica)["last_rejection"]) < 600
     assert admin.get().version == before and admin.serving()
+
+
+def test_what_the_admin_api_does_not_understand_changes_nothing_on_a_real_replica(admin):
+    """Issue 61's wire inputs, on the real sidecar: each was applied (or, the deep groups, answered INTERNAL)."""
+    before = admin.get()
+    for method, data in [("UpdateState", POLICY_MTP1 + delimited(4, b"\x01")),  # validate_only length-delimited
+                         ("UpdateState", POLICY_MTP1 + delimited(3, varint(before.version))),  # expected_version
+                         ("UpdateState", POLICY_MTP1 + tag(99, 0) + b"\x01"),
+                         ("UpdateState", POLICY_MTP1 + tag(99, 3) * 100_000 + tag(99, 4) * 100_000),
+                         ("Rollback", delimited(1, varint(before.version)))]:  # to_version length-delimited
+        call = admin.channel.unary_unary(f"/dspark.admin.v1.Admin/{method}", request_serializer=lambda raw: raw,
+                                         response_deserializer=lambda raw: raw)
+        assert code_of(lambda: call(data, metadata=admin.metadata)) == grpc.StatusCode.INVALID_ARGUMENT, method
+    assert admin.get().version == before.version and admin.get().settings == before.settings
+
+
+def test_50_concurrent_conflicting_updates_from_two_tokens_leave_an_exact_audit_on_a_real_replica(
+        replica, tokens, admin, tmp_path):
+    second = tmp_path / "ops-second"
+    second.write_text("ops-second-token-of-the-audit-race\n")
+    port = free_port()
+    sidecar = subprocess.Popen(
+        [sys.executable, "-m", "dspark.ops.cli", "admin-server", "--sglang-url", replica.url,
+         "--sglang-admin-key-file", str(replica.cache / "serve" / f"port-{replica.port}" / "admin-key"),
+         "--admin-port", str(port), "--admin-token-file", str(tokens["ops-admin"]), "--admin-token-file", str(second),
+         "--admin-update-rate", "1000", "--admin-update-burst", "1000", "--admin-audit-log", str(tmp_path / "audit")],
+        stdout=subprocess.PIPE, text=True)
+    assert "dspark.admin.v1 on" in sidecar.stdout.readline()
+    files = [tokens["ops-admin"], second]
+    clients = [AdminClient(f"127.0.0.1:{port}", Credentials(f.read_text().strip()), timeout_s=120) for f in files]
+    start = admin.get()
+    barrier = threading.Barrier(RACE_WRITERS)
+
+    def write(writer: int) -> None:
+        barrier.wait()
+        clients[writer % 2].update({"policy": "threshold", "threshold": threshold_of(writer)},
+                                   validate_only=writer % 5 == 4)
+    try:
+        with ThreadPoolExecutor(max_workers=RACE_WRITERS) as pool:
+            list(pool.map(write, range(RACE_WRITERS)))
+    finally:
+        for client in clients:
+            client.close()
+        stop_sidecar(sidecar)
+    lines = [json.loads(line) for line in (tmp_path / "audit").read_text().splitlines()]
+    callers = {threshold_of(writer): files[writer % 2].name for writer in range(RACE_WRITERS)}
+    applied = check_chain(lines, message_to_settings(start.settings), start.version, callers)
+    assert len(lines) == RACE_WRITERS and applied == admin.get().version - start.version == RACE_WRITERS * 4 // 5
 
 
 # ------------------------------------------------------------------------------------------------- fleet
