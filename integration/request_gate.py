@@ -11,7 +11,8 @@ SGLang's error body and a message naming the field, the bound and the value:
          DISCARD_MAX_BYTES or DISCARD_MAX_S), since a client still sending would lose the answer to a reset
     400  the body is not a JSON object, holds NaN or Infinity, or a value is out of its bound: logprobs,
          n / best_of, max tokens, token ids, a prompt of ids longer than the context, more sub-requests
-         than max_queued_requests allows at all
+         than max_queued_requests allows at all; a penalty or min_new_tokens while DSpark runs under overlap
+         scheduling (it could not be applied exactly: verify_penalties.py)
     429  admitting the request would put more than max_queued_requests sub-requests in flight (Retry-After)
     404  a route that starts model work dspark does not gate (routes.py: REFUSED)
     415  the body is not declared `application/json` (SGLang's error handler fails on a body it cannot read)
@@ -95,6 +96,24 @@ class Refused(Exception):
 class ModelBounds:
     vocab: int
     context: int
+    # False while DSpark runs under overlap scheduling: the scheduler appends a round's tokens one round late, so
+    # the per-position penalties of a verify window (verify_penalties.py) would read a stale history
+    exact_penalties: bool = True
+
+
+# What makes each verify position's logits depend on the tokens before it, with the value that turns it off.
+PENALTY_FIELDS = {"frequency_penalty": 0, "presence_penalty": 0, "repetition_penalty": 1, "repeat_penalty": 1,
+                  "min_new_tokens": 0, "min_tokens": 0}
+
+
+def check_penalties_servable(scope: dict, bounds: ModelBounds) -> None:
+    if bounds.exact_penalties:
+        return
+    for field, off in PENALTY_FIELDS.items():
+        if field in scope and scope[field] is not None and number(scope[field]) != off:
+            raise Refused(400, field, f"{field} cannot be served exactly by DSpark under overlap scheduling (the "
+                                      f"verify window would read a stale history); got {shown(scope[field])}: "
+                                      "this server must run with --disable-overlap-schedule or --no-spec to take it")
 
 
 def number(value: Any) -> Optional[float]:
@@ -233,6 +252,7 @@ def check_body(body: Any, limits: RequestLimits, bounds: ModelBounds) -> int:
     per_prompt = 1
     for scope in scopes(body):
         check_magnitudes(scope)
+        check_penalties_servable(scope, bounds)
         try:
             per_prompt = max(per_prompt, check_scope(scope, limits.max_n, bounds.context, limits.max_grammar_bytes))
         except FieldRefusal as refusal:
@@ -420,8 +440,11 @@ def replay(body: bytes, receive):
 def served_model_bounds() -> ModelBounds:
     from sglang.srt.entrypoints.http_server import _global_state
 
-    config = _global_state.tokenizer_manager.model_config
-    return ModelBounds(vocab=int(config.vocab_size), context=int(config.context_len))
+    manager = _global_state.tokenizer_manager
+    args = manager.server_args
+    speculates_with_overlap = str(args.speculative_algorithm).upper() == "DSPARK" and not args.disable_overlap_schedule
+    return ModelBounds(vocab=int(manager.model_config.vocab_size), context=int(manager.model_config.context_len),
+                       exact_penalties=not speculates_with_overlap)
 
 
 def _add_middlewares(*args, **kwargs) -> None:
