@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent import futures
-from functools import partial
 from dataclasses import dataclass
+from functools import partial
 from typing import Optional
 
 import grpc
