@@ -73,8 +73,9 @@ SPECFORGE = Convention(
 SPECULATORS = Convention(
     "speculators", "vllm-project/speculators",
     "slot j predicts anchor + j (block_size slots, slot 0 the untrained anchor, gamma = block_size - 1)",
-    served=False, sglang_reads="SGLang 0.5.23 would serve it with shifted slots: without sample_from_anchor=false "
-                               "it reads slot k as anchor + k + 1, one position early (acceptance falls to about 1)")
+    served=False, sglang_reads="SGLang 0.5.23 would serve it with shifted slots once its loader can read it (as "
+                               "after speculators #753's config-only edit): without sample_from_anchor=false it "
+                               "reads slot k as anchor + k + 1, one position early (acceptance falls to about 1)")
 SPECULATORS_ANCHOR_FIRST = Convention(
     "speculators (sample_from_anchor)", "vllm-project/speculators", "slot k predicts anchor + k + 1 (gamma slots)",
     served=False, sglang_reads="SGLang 0.5.23 cannot read its nested transformer_layer_config or its "
