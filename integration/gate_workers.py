@@ -8,7 +8,7 @@ from typing import Any, Callable
 from dspark.integration.bounded_worker import BoundedWorker, Busy, TaskFailed, TimedOut
 from dspark.integration.grammar_bounds import (CompiledGrammars, compile_grammar, compiler, grammar_keys,
                                                served_compiler_args)
-from dspark.integration.parser_bounds import (TASKS, ParserRequestError, check_payload, load_tokenizer,
+from dspark.integration.parser_bounds import (TASKS, ParserRequestError, check_payload, parsers_ready,
                                               served_tokenizer_args)
 from dspark.integration.request_limits import RequestLimits
 
@@ -62,7 +62,7 @@ class GateWorkers:
         except ParserRequestError as err:
             raise WorkRefused(400, err.field, err.message, err.field) from None
         if self.parser_worker is None:
-            self.parser_worker = BoundedWorker(load_tokenizer, self.parser_setup())
+            self.parser_worker = BoundedWorker(parsers_ready, self.parser_setup())
         bound = self.limits.parser_timeout_s
         try:
             return await self.parser_worker.call(TASKS[endpoint], payload, bound)

@@ -33,6 +33,16 @@ def load_tokenizer(path: str, mode: str, trust_remote_code: bool, revision):
     return get_tokenizer(path, tokenizer_mode=mode, trust_remote_code=trust_remote_code, revision=revision)
 
 
+def parsers_ready(*tokenizer_args):
+    """The parser worker's setup: the served tokenizer, with the parser modules imported here, so that a call's
+    time bound is spent parsing (importing them took seconds on a busy CPU)."""
+    import sglang.srt.entrypoints.openai.protocol  # noqa: F401
+    import sglang.srt.function_call.function_call_parser  # noqa: F401
+    import sglang.srt.parser.reasoning_parser  # noqa: F401
+
+    return load_tokenizer(*tokenizer_args)
+
+
 def parse_function_call(tokenizer, payload: dict) -> dict:
     from sglang.srt.entrypoints.openai.protocol import Tool
     from sglang.srt.function_call.function_call_parser import FunctionCallParser
