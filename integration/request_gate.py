@@ -21,6 +21,13 @@ Ollama's `options` reach SGLang's sampling parameters unchecked (a string temper
 raises inside the handler: a 500), so the gate checks their types and SGLang's own ranges itself, and refuses
 `seed`, which SGLang cannot take, and an empty `messages`.
 
+Every field of SGLang's request types that reaches the scheduler is bounded besides (scheduler_fields.py:
+`positional_embed_overrides`, SamplingParams' internal fields, `logprob_start_len`, `logit_bias` values,
+`stop_regex` (stop_regex.py), grammar sizes, lone surrogates); a new grammar must compile within
+grammar_compile_s in a killable worker first (grammar_bounds.py). The routes that start no model work but read what
+they are sent (UTILITY_ENDPOINTS: tokenize, detokenize, count_tokens, sessions, the parsers) get their own body
+cap, and the parser routes are answered here from a killable worker (parser_bounds.py).
+
 The bounds (request_limits.py) come from `dspark serve`'s flags; vocab and context from the served model.
 Fields are looked for where SGLang's request shapes carry them: at the top of the body and in its
 `sampling_params` (/generate, also a list), `options` (Ollama), `parameters` and `instances` (Vertex AI),
