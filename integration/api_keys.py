@@ -6,14 +6,21 @@ SGLang's own `--api-key` takes one key, on the command line (`ps`, the pod spec,
 other still works. A request passes with `Authorization: Bearer <key>` for any configured key, compared in
 constant time with every key (hmac.compare_digest, never stopping at the first match).
 
+SGLang itself gets a key of its own, random per start and known only to the process tree (`dspark serve` puts it
+in SGLang's private config file): SGLang's server warmup sends it, and SGLang's api-key middleware, which would
+otherwise know none of the configured keys, requires it. This middleware runs outside SGLang's: it checks the
+client's key, then hands the request on carrying SGLang's key. Installed right after SGLang installs its own
+(an AROUND hook on add_api_key_middleware, which SGLang calls whenever it has a key), so a launch without SGLang's
+key fails closed: SGLang's middleware then refuses every client key.
+
 What stays open, as with SGLang's own api-key (sglang/srt/utils/auth.py): OPTIONS, /health*, /ready* and
 /metrics* (probes and scrapers carry no secret), and dspark's /liveness (the liveness probe). Routes SGLang marks as
-admin routes are left to SGLang's admin key (`dspark serve` always sets one), which its own middleware checks.
+admin routes are left to SGLang's admin key (`dspark serve` always sets one), which its own middleware checks; the
+admin key also opens the other routes (the admin sidecar reads /server_info with it).
 
-Installed in SGLang's launcher only (the process that serves HTTP), as launch_server starts. The plugin registers
-it after the request gate, so it wraps the gate and the drain: a request without a key is refused before the gate
-reads its body or counts it in flight. On /metrics: dspark_api_key_refused_requests_total{reason} (missing: no
-bearer token; wrong: none of the keys).
+Installed in SGLang's launcher only (the process that serves HTTP); it wraps the request gate and the drain, so a
+request without a key is refused before the gate reads its body or counts it in flight. On /metrics:
+dspark_api_key_refused_requests_total{reason} (missing: no bearer token; wrong: none of the keys).
 """
 from __future__ import annotations
 
@@ -91,11 +98,14 @@ def matches(token: bytes, keys: list[bytes]) -> bool:
     return found
 
 
-def exempt(scope: dict, app) -> bool:
-    """Requests that pass without a key: probes, scrapers, CORS preflights, and SGLang's admin routes (its admin key
-    guards those)."""
-    if scope["method"] == "OPTIONS" or scope["path"].startswith(OPEN_PREFIXES):
-        return True
+def open_route(scope: dict) -> bool:
+    """Probes, scrapers and CORS preflights: they pass without a key (SGLang's key is added for /liveness, which
+    SGLang's own middleware does not know as a probe)."""
+    return scope["method"] == "OPTIONS" or scope["path"].startswith(OPEN_PREFIXES)
+
+
+def admin_route(scope: dict, app) -> bool:
+    """A route SGLang guards with its admin key: the request goes on as it came."""
     from sglang.srt.utils.auth import AuthLevel, _get_auth_level_from_app_and_scope
 
     return _get_auth_level_from_app_and_scope(app, scope) is not AuthLevel.NORMAL
@@ -111,17 +121,21 @@ def refusals():
 
 
 class RequireApiKey:
-    """ASGI middleware: 401 unless the request carries one of `keys` (exempt ones aside)."""
+    """ASGI middleware: 401 unless the request carries one of `keys` or SGLang's own key (exempt ones aside); a
+    request that passes goes on carrying SGLang's key, which SGLang's own middleware inside this one requires."""
 
-    def __init__(self, app, keys: list[bytes], fastapi_app):
+    def __init__(self, app, keys: list[bytes], sglang_key: bytes, fastapi_app):
         self.app, self.keys, self.fastapi_app = app, keys, fastapi_app
+        self.sglang_key, self.sglang_header = sglang_key, b"Bearer " + sglang_key
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or exempt(scope, self.fastapi_app):
+        if scope["type"] != "http" or admin_route(scope, self.fastapi_app):
             return await self.app(scope, receive, send)
         token = bearer_token(scope["headers"])
-        if token is not None and matches(token, self.keys):
-            return await self.app(scope, receive, send)
+        if open_route(scope) or (token is not None and matches(token, self.keys + [self.sglang_key])):
+            headers = [(name, value) for name, value in scope["headers"] if name.lower() != b"authorization"]
+            return await self.app({**scope, "headers": [*headers, (b"authorization", self.sglang_header)]},
+                                  receive, send)
         if metrics_on():
             refusals().labels(reason="missing" if token is None else "wrong").inc()
         await respond(send, 401, REFUSAL)
@@ -135,9 +149,13 @@ def install() -> None:
 
     keys = read_keys(path)  # a bad hand-over stops the launch here
 
-    def add_middleware(*args, **kwargs) -> None:
-        from sglang.srt.entrypoints.http_server import app
+    def add_outside_sglangs(add_api_key_middleware, app, *args, api_key=None, admin_api_key=None, **kwargs) -> None:
+        add_api_key_middleware(app, *args, api_key=api_key, admin_api_key=admin_api_key, **kwargs)
+        if not api_key:
+            raise ConfigError(f"{API_KEYS_ENV} is set but SGLang has no api key of its own: start it with "
+                              "`dspark serve --api-key-file`, which sets both")
+        # the admin key opens the API too: the admin sidecar reads /server_info with it
+        admin = [admin_api_key.encode()] if admin_api_key else []
+        app.add_middleware(RequireApiKey, keys=keys + admin, sglang_key=api_key.encode(), fastapi_app=app)
 
-        app.add_middleware(RequireApiKey, keys=keys, fastapi_app=app)
-
-    HookRegistry.register("sglang.srt.entrypoints.http_server.launch_server", add_middleware, HookType.BEFORE)
+    HookRegistry.register("sglang.srt.utils.auth.add_api_key_middleware", add_outside_sglangs, HookType.AROUND)

@@ -175,10 +175,12 @@ def api_keys(args: argparse.Namespace) -> list[str]:
 
 def write_secrets(folder: Path, key: str, keys: list[str]) -> None:
     """SGLang reads its admin key from a YAML config, the plugin the API keys from a file (never the command line,
-    which `ps` shows)."""
+    which `ps` shows). With API keys, SGLang also gets an api key of its own, random per start, which its warmup
+    sends and the plugin hands on with every request it admits (integration/api_keys.py)."""
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
-    for name, text in (("admin-key", key + "\n"), ("sglang-secrets.yaml", f"admin-api-key: {json.dumps(key)}\n")):
+    config = f"admin-api-key: {json.dumps(key)}\n" + (f"api-key: {secrets.token_hex(32)}\n" if keys else "")
+    for name, text in (("admin-key", key + "\n"), ("sglang-secrets.yaml", config)):
         path = folder / name
         path.touch(mode=0o600)
         path.chmod(0o600)
