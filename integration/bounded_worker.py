@@ -37,7 +37,11 @@ class Busy(Exception):
 
 
 class TaskFailed(Exception):
-    pass
+    """The task raised (on what it was given)."""
+
+
+class WorkerLost(Exception):
+    """The worker could not start, or died under a task."""
 
 
 def write_message(stream, message: Any) -> None:
@@ -65,7 +69,7 @@ def serve() -> None:
     try:
         state = setup(*setup_args)
     except Exception as err:
-        write_message(channel, ("error", f"setting up failed: {type(err).__name__}: {clipped(str(err), 300)}"))
+        write_message(channel, ("lost", f"setting up failed: {type(err).__name__}: {clipped(str(err), 300)}"))
         return
     write_message(channel, ("ok", None))
     while True:
@@ -113,7 +117,7 @@ class BoundedWorker:
         write_message(self.process.stdin, (self.setup, self.setup_args))
         if not await asyncio.to_thread(readable, self.process.stdout, START_TIMEOUT_S):
             self.kill()
-            raise TaskFailed(f"the worker did not start within {START_TIMEOUT_S:g} s")
+            raise WorkerLost(f"the worker did not start within {START_TIMEOUT_S:g} s")
         await asyncio.to_thread(self.answer)
 
     def answer(self) -> Any:
@@ -121,7 +125,10 @@ class BoundedWorker:
             status, value = read_message(self.process.stdout)
         except EOFError:  # the child died (killed for memory, say)
             self.kill()
-            raise TaskFailed("the worker process died") from None
+            raise WorkerLost("the worker process died") from None
+        if status == "lost":
+            self.kill()
+            raise WorkerLost(value)
         if status == "error":
             raise TaskFailed(value)
         return value

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from dspark.integration.bounded_worker import BoundedWorker, Busy, TaskFailed, TimedOut
+from dspark.integration.bounded_worker import BoundedWorker, Busy, TaskFailed, TimedOut, WorkerLost
 from dspark.integration.grammar_bounds import (CompiledGrammars, compile_grammar, compiler, grammar_keys,
                                                served_compiler_args)
 from dspark.integration.parser_bounds import (TASKS, ParserRequestError, check_payload, parsers_ready,
@@ -49,7 +49,9 @@ class GateWorkers:
                 except Busy as err:
                     raise WorkRefused(429, field, f"the grammar compiler is busy: {err}; retry later",
                                       "grammar_busy") from None
-                except TaskFailed as err:
+                except TaskFailed as err:  # SGLang's backend raised on it, where it returns most refusals
+                    error = str(err)
+                except WorkerLost as err:
                     raise WorkRefused(503, field, f"{field} could not be compiled now: {err}", "grammar") from None
                 if error is not None:
                     raise WorkRefused(400, field, f"{field} does not compile: {error}", "grammar")
@@ -73,3 +75,5 @@ class GateWorkers:
             raise WorkRefused(429, "text", f"the parser is busy: {err}; retry later", "parser_busy") from None
         except TaskFailed as err:
             raise WorkRefused(400, "text", f"the parser failed: {err}", "parser_failed") from None
+        except WorkerLost as err:
+            raise WorkRefused(503, "text", f"the parser could not run now: {err}", "parser_lost") from None

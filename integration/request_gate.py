@@ -77,6 +77,7 @@ INT32 = (-(1 << 31), (1 << 31) - 1)
 INT64 = (-(1 << 63), (1 << 63) - 1)
 UTILITY_ENDPOINTS = PARSER_ENDPOINTS | {  # start no model work, but read what they are sent in the HTTP process
     "openai_v1_tokenize", "openai_v1_detokenize", "anthropic_v1_count_tokens", "open_session", "close_session"}
+STREAMLESS_ENDPOINTS = ("openai_v1_tokenize", "openai_v1_detokenize")  # SGLang answers stream: true with 501
 DISCARD_MAX_BYTES, DISCARD_MAX_S = 64 << 20, 5.0  # what a refused body's unread rest may cost before the answer
 NUMBER, INTEGER, STOP = "a number", "an integer", "a string or a list of strings"
 OLLAMA_OPTIONS = {  # what SGLang maps to sampling parameters (others it ignores): kind, allowed, the range as said
@@ -367,6 +368,8 @@ class RequestGate:
                 check_strings(payload)
             except FieldRefusal as refusal:
                 raise Refused(400, clipped(refusal.field, 200), refusal.message, "lone_surrogate") from None
+            if endpoint in STREAMLESS_ENDPOINTS and isinstance(payload, dict) and payload.get("stream"):
+                raise Refused(400, "stream", f"stream is not supported here, got {shown(payload['stream'])}")
             if endpoint in PARSER_ENDPOINTS and not (isinstance(payload, dict) and not runs_in_worker(endpoint,
                                                                                                     payload)):
                 answer = await self.checked_work(self.workers.parse(endpoint, payload))
