@@ -164,8 +164,8 @@ def test_a_stopped_scheduler_fails_liveness_and_dspark_serve_restarts_sglang_its
     assert not psutil.pid_exists(scheduler.pid) or psutil.Process(scheduler.pid).status() == psutil.STATUS_ZOMBIE
     assert failures, "no request met the restart: the load did not span it"
     assert answers and set(answers) == {64}
-    print(f"stopped scheduler: killed {killed and round(killed, 1)} s and serving again {back:.1f} s after SIGSTOP (step bound "
-          f"{STEP_BOUND_S:g} s); {len(answers)} answers, {len(failures)} tries refused meanwhile")
+    print(f"stopped scheduler: killed {killed and round(killed, 1)} s and serving again {back:.1f} s after SIGSTOP "
+          f"(step bound {STEP_BOUND_S:g} s); {len(answers)} answers, {len(failures)} tries refused meanwhile")
 
 
 def test_work_that_makes_no_progress_for_the_window_is_hung_and_idle_time_is_not(tmp_path):
