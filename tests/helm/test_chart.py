@@ -170,7 +170,7 @@ def test_only_labelled_clients_reach_the_admin_port(render):
                                                                          "team": "ml"}}}],
                             "ports": [{"port": "admin", "protocol": "TCP"}]}]
     open_rule = next(r for r in rules if "from" not in r)
-    assert {p["port"] for p in open_rule["ports"]} == {"http", "admin-metrics"}
+    assert {p["port"] for p in open_rule["ports"]} == {"http"}  # admin-metrics: the monitoring namespace only
 
 
 def test_admin_secrets_are_mounted_where_dspark_serve_reads_them(render):
@@ -191,7 +191,7 @@ def test_admin_secrets_are_mounted_where_dspark_serve_reads_them(render):
     # the token Job makes that Secret in the cluster, with its own narrow RBAC
     job = find_job(docs, "admin-tokens")["spec"]["template"]["spec"]
     assert job["serviceAccountName"] == "dspark-admin-tokens"
-    assert '"dspark-admin-tokens", ["ops","grafana"]' in job["containers"][0]["args"][0]
+    assert '[["dspark-admin-tokens",["ops","grafana"]]]' in job["containers"][0]["args"][0]
     assert find(docs, "Role", "-admin-tokens")["rules"] == [
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["dspark-admin-tokens"],
          "verbs": ["get", "patch"]},
@@ -229,7 +229,7 @@ def test_the_dashboard_ships_with_the_chart(render):
 @pytest.mark.parametrize("source, flags, path, volume", [
     ("hub", ["--set", "target.hubId=Qwen/Qwen3-8B", "--set", "target.revision=v1"], "/models/hub/Qwen/Qwen3-8B/v1",
      {"name": "hub-cache", "emptyDir": {"sizeLimit": "100Gi"}}),  # the default surge pod: a download per pod
-    ("pvc", ["--set", "target.claimName=models", "--set", "target.path=qwen3-8b"], "/models/target/qwen3-8b",
+    ("pvc", ["--set", "target.claimName=models", "--set", "target.path=qwen3-8b"], "/models/target",  # by subPath
      {"name": "target-model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}),
     ("image", ["--set", "target.path=/opt/models/qwen"], "/opt/models/qwen", None),
 ])

@@ -18,7 +18,8 @@ def qos_class(pod: dict) -> str:
         for name in ("cpu", "memory"):
             empty = empty and name not in limits and name not in requests
             guaranteed = guaranteed and name in limits and requests.get(name, limits[name]) == limits[name]
-        guaranteed = guaranteed and all(limits.get(k) == q for k, q in requests.items())
+        # ephemeral storage is no QoS resource (the kubelet's supportedQoSComputeResources): requested, not limited
+        guaranteed = guaranteed and all(limits.get(k) == q for k, q in requests.items() if k != "ephemeral-storage")
     return "BestEffort" if empty else "Guaranteed" if guaranteed else "Burstable"
 
 
@@ -41,7 +42,9 @@ def test_every_pod_of_the_gpu_example_is_guaranteed_including_its_init_container
     serving = pods["Deployment/dspark"]
     assert [c["name"] for c in serving["initContainers"]] == ["fetch-target", "fetch-drafter"]
     server = serving["containers"][0]["resources"]
-    assert server["requests"] == server["limits"] == {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"}
+    assert server["limits"] == {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"}
+    # and the disk of its emptyDirs (100Gi hub cache, 3 x 10Gi scratch), requested only: no QoS resource
+    assert server["requests"] == {**server["limits"], "ephemeral-storage": "133120Mi"}
 
 
 def test_the_gpu_example_rolls_without_a_spare_gpu(render):

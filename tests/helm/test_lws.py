@@ -144,3 +144,61 @@ def test_the_pdb_covers_whole_groups_and_keda_scales_the_set(render):
 def test_what_lws_cannot_do_is_refused_with_a_message(helm, flags, message):
     result = helm("template", "dspark", str(CHART), "--values", str(LWS_EXAMPLE), *LWS_FLAGS, *flags, check=False)
     assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("flags", [
+    [],  # the example: target and drafter on the claim `models`
+    ["--set", "drafter.claimName=drafters", "--set", "drafter.path=/dspark/block7/"],
+    ["--set", "target.path=", "--set", "drafter.source=image", "--set", "drafter.path=/opt/drafter"],
+], ids=["one-claim", "two-claims", "whole-claim"])
+def test_no_pod_mounts_one_claim_twice_and_each_model_is_a_sub_path(render, flags):
+    """A pod naming one claim in two volumes hangs in ContainerCreating (kubernetes/kubernetes#127004)."""
+    docs = render("--values", str(LWS_EXAMPLE), *LWS_FLAGS, *flags)
+    values = {"target": ("models", "target"), "drafter": ("models", "drafter")}
+    for flag in flags[1::2]:
+        key, value = flag.split("=", 1)
+        role, field = key.split(".")
+        if field in ("claimName", "path"):
+            claim, path = values[role]
+            values[role] = (value, path) if field == "claimName" else (claim, value)
+    for role, template in templates(docs).items():
+        spec = template["spec"]
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v]
+        assert len(claims) == len(set(claims)), (role, claims)
+        volumes = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"]
+                   if "persistentVolumeClaim" in v}
+        container = spec["containers"][0]
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"] if m["name"] in volumes}
+        args = container["args"]
+        for model in ("target", "drafter"):
+            if "--set" in flags and f"{model}.source=image" in flags:
+                continue
+            claim, path = values[model]
+            mount = mounts[f"/models/{model}"]
+            assert volumes[mount["name"]] == claim and mount["readOnly"] is True, (role, model)
+            assert mount.get("subPath", "") == path.strip("/"), (role, model)
+            assert args[args.index(f"--{model}") + 1] == f"/models/{model}"
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    """Whether a Kubernetes label selector (matchLabels, matchExpressions with In) selects these labels."""
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items()) and all(
+        labels.get(e["key"]) in e["values"] for e in selector.get("matchExpressions", []) if e["operator"] == "In")
+
+
+def test_the_workers_sit_under_a_network_policy_that_admits_the_rendezvous(render):
+    """Under a namespace default-deny, the workers' ingress (the leader's rendezvous and NCCL/Gloo, on ports of
+    their own choosing) must be admitted by a policy selecting them, and the leaders' by theirs."""
+    docs = render("--values", str(LWS_EXAMPLE), *LWS_FLAGS)
+    labels = {role: t["metadata"]["labels"] for role, t in templates(docs).items()}
+    policies = [d["spec"] for d in docs if d["kind"] == "NetworkPolicy"]
+    for target, source in (("worker", "leader"), ("worker", "worker"), ("leader", "worker")):
+        covering = [p for p in policies if selects(p["podSelector"], labels[target])]
+        assert covering, f"no NetworkPolicy selects the {target}s"
+        assert any(not rule.get("ports") and any(selects(peer["podSelector"], labels[source])
+                                                 for peer in rule.get("from", []))
+                   for p in covering for rule in p["ingress"]), f"{source} -> {target} is not admitted on every port"
+    worker_policy = find(docs, "NetworkPolicy", "-lws")["spec"]
+    assert not selects(worker_policy["podSelector"], labels["leader"])  # the leaders keep the admin policy's rules
+    off = render("--values", str(LWS_EXAMPLE), *LWS_FLAGS, "--set", "lws.networkPolicy.enabled=false")
+    assert not [d for d in off if d["kind"] == "NetworkPolicy" and d["metadata"]["name"].endswith("-lws")]

@@ -28,6 +28,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: server
 {{- end -}}
 
+{{/* Labels of every pod template (dict: root, component): no chart or app version, which change with every chart
+     release: a chart-only upgrade would roll every GPU pod (and download its models again) and rename every Job. */}}
+{{- define "dspark.podLabels" -}}
+app.kubernetes.io/part-of: dspark
+app.kubernetes.io/name: {{ include "dspark.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
 {{- define "dspark.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "dspark.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -63,6 +72,21 @@ port: {number: {{ .Values.http.port }}}
 {{- .Values.admin.tokens.existingSecret | default (printf "%s-admin-tokens" (include "dspark.fullname" .)) -}}
 {{- end -}}
 
+{{- define "dspark.apiKeysSecret" -}}
+{{- .Values.http.apiKey.existingSecret | default (printf "%s-api-keys" (include "dspark.fullname" .)) -}}
+{{- end -}}
+
+{{/* The Secrets the token Job generates, as a YAML list of [name, [keys]]: the admin tokens and the API keys, each
+     unless an existing Secret is given. */}}
+{{- define "dspark.generatedSecrets" -}}
+{{- if and .Values.admin.enabled (not .Values.admin.tokens.existingSecret) }}
+- [{{ include "dspark.adminTokensSecret" . | quote }}, {{ concat .Values.admin.tokens.admins .Values.admin.tokens.readers | toJson }}]
+{{- end }}
+{{- if and .Values.http.apiKey.enabled (not .Values.http.apiKey.existingSecret) }}
+- [{{ include "dspark.apiKeysSecret" . | quote }}, {{ .Values.http.apiKey.keys | toJson }}]
+{{- end }}
+{{- end -}}
+
 {{- define "dspark.hubCacheClaim" -}}
 {{- .Values.hub.cache.existingClaim | default (printf "%s-hub-cache" (include "dspark.fullname" .)) -}}
 {{- end -}}
@@ -85,6 +109,7 @@ rollingUpdate.maxSurge={{ $v.rollingUpdate.maxSurge }} (a surge pod beside the o
 {{/* The serving pods' hub cache: "claim" or "emptyDir" (hub.cache.volume; auto: a claim only when one pod at a
      time, or every pod, can mount it). A claim that more pods mount than its access mode allows is refused. */}}
 {{- define "dspark.hubCacheVolume" -}}
+{{- include "dspark.checkHubCacheSize" . -}}
 {{- $c := .Values.hub.cache -}}
 {{- $many := include "dspark.manyPods" . -}}
 {{- $shared := eq $c.accessMode "ReadWriteMany" -}}
@@ -98,13 +123,48 @@ rollingUpdate.maxSurge={{ $v.rollingUpdate.maxSurge }} (a surge pod beside the o
 {{- $volume -}}
 {{- end -}}
 
+{{/* A quantity with a binary suffix (Mi, Gi or Ti: the schema allows no other for sizes), in MiB. */}}
+{{- define "dspark.mebibytes" -}}
+{{- mul (regexReplaceAll "[^0-9]" . "" | int64) (get (dict "Mi" 1 "Gi" 1024 "Ti" 1048576) (regexReplaceAll "^[0-9]+" . "")) -}}
+{{- end -}}
+
+{{/* The ephemeral storage a pod's emptyDirs may fill (dict: root, hubCache = the hub cache is an emptyDir here),
+     as the serving (or profiling) container requests it: the three scratch volumes, and the hub cache, each up
+     to its sizeLimit. So the scheduler places the pod on a node with that much disk free. */}}
+{{- define "dspark.ephemeralStorage" -}}
+{{- $v := .root.Values -}}
+{{- $mib := mul 3 (include "dspark.mebibytes" $v.scratchSize | int64) -}}
+{{- if .hubCache -}}
+{{- $mib = add $mib (include "dspark.mebibytes" $v.hub.cache.size | int64) -}}
+{{- end -}}
+{{ $mib }}Mi
+{{- end -}}
+
+{{/* Refuses a hub cache smaller than the hub models' sizes where the values state them (target.size,
+     drafter.size): the download would fill it and the pod be evicted, after the whole download time. */}}
+{{- define "dspark.checkHubCacheSize" -}}
+{{- $v := .Values -}}
+{{- $stated := list -}}
+{{- $mib := 0 -}}
+{{- range $role := list "target" "drafter" }}
+{{- $m := index $v $role }}
+{{- if and (eq $m.source "hub") $m.size }}
+{{- $stated = append $stated (printf "%s.size %s" $role $m.size) }}
+{{- $mib = add $mib (include "dspark.mebibytes" $m.size | int64) }}
+{{- end }}
+{{- end }}
+{{- if gt (int64 $mib) (include "dspark.mebibytes" $v.hub.cache.size | int64) }}
+{{- fail (printf "hub.cache.size (%s) is below the hub models' stated size (%s: %d Mi): the download would not fit; raise hub.cache.size" $v.hub.cache.size (join " + " $stated) $mib) }}
+{{- end }}
+{{- end -}}
+
 {{/* Where a model (dict: m = target/drafter values, role) is inside the container. */}}
 {{- define "dspark.modelPath" -}}
 {{- $m := .m -}}
 {{- if eq $m.source "hub" -}}
 /models/hub/{{ required (printf "%s.hubId is required when %s.source is hub" .role .role) $m.hubId }}/{{ $m.revision }}
 {{- else if eq $m.source "pvc" -}}
-/models/{{ .role }}/{{ $m.path | trimPrefix "/" }}
+/models/{{ .role }}{{/* its directory on the claim, mounted there by subPath (dspark.modelMounts) */}}
 {{- else -}}
 {{ required (printf "%s.path is required when %s.source is image" .role .role) $m.path }}
 {{- end -}}
@@ -195,6 +255,12 @@ the flag's own default, which is the schema's). */}}
 {{- if and $v.admin.enabled (not .worker) }}
 {{ include "dspark.adminArgs" $root }}
 {{- end }}
+{{- if and $v.http.apiKey.enabled (not .worker) }}
+{{- range required "http.apiKey.keys must name at least one key of the Secret when http.apiKey.enabled" $v.http.apiKey.keys }}
+- --api-key-file
+- /etc/dspark/api-keys/{{ . }}
+{{- end }}
+{{- end }}
 {{- if $v.tracing.otlpEndpoint }}
 - --otlp-endpoint
 - {{ $v.tracing.otlpEndpoint | quote }}
@@ -229,6 +295,9 @@ the flag's own default, which is the schema's). */}}
 - $(LWS_WORKER_INDEX)
 {{- end }}
 {{- range $v.sglangArgs }}
+{{- if has (regexReplaceAll "=.*" . "") (list "--api-key" "--admin-api-key") }}
+{{- fail (printf "sglangArgs sets %s: a key there sits in plain text in the pod spec (and in Git). Use http.apiKey (keys from a Secret, mounted as files); the admin key is the admin tokens' (admin.tokens)" (regexReplaceAll "=.*" . "")) }}
+{{- end }}
 {{- if has (regexReplaceAll "=.*" . "") $derived }}
 {{- fail (printf "sglangArgs sets %s, which the chart derives (--tp-size, --nnodes, --node-rank and --dist-init-addr from gpu.count x lws.size and LWS under lws.enabled; the model, host and port from target, listenAddress and http.port): remove it from sglangArgs" .) }}
 {{- end }}
@@ -242,8 +311,11 @@ the flag's own default, which is the schema's). */}}
 {{- define "dspark.podMetadata" -}}
 {{- $v := .root.Values -}}
 labels:
-  {{- include "dspark.baseLabels" .root | nindent 2 }}
-  app.kubernetes.io/component: {{ .component }}
+  {{- include "dspark.podLabels" . | nindent 2 }}
+  {{- if eq .component "server" }}
+  # what the Gateway API Inference Extension's endpoint picker reads to know the engine (inferencePool)
+  inference.networking.k8s.io/engine-type: sglang
+  {{- end }}
   {{- with $v.podLabels }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -289,6 +361,24 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
+{{/* Where the helper pods (the token Job, the `helm test` pods) run: the serving pods' nodeSelector and
+     tolerations (the image is there already, and on a cluster of tainted GPU nodes nothing else would schedule them),
+     and the pull secrets of the image they run. */}}
+{{- define "dspark.helperPlacement" -}}
+{{- with .Values.scheduling.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.scheduling.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
 {{/* Scheduling fields shared by every pod that must land on a GPU node. */}}
 {{- define "dspark.scheduling" -}}
 {{- $s := .Values.scheduling -}}
@@ -302,6 +392,10 @@ affinity:
 {{- end }}
 {{- with $s.tolerations }}
 tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $s.topologySpreadConstraints }}
+topologySpreadConstraints:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- with $s.runtimeClassName }}
@@ -330,6 +424,9 @@ schedulerName: {{ . }}
 {{- $_ := set $requests $name ($quantity | toString) -}}
 {{- $_ := set $limits $name ($quantity | toString) -}}
 {{- end -}}
+{{- end -}}
+{{- with .ephemeral -}}{{/* requested, never limited: the emptyDirs' sizeLimits evict a pod that outgrows them */}}
+{{- $_ := set $requests "ephemeral-storage" . -}}
 {{- end -}}
 {{- with $requests -}}
 requests:

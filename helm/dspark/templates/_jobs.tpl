@@ -8,15 +8,6 @@
 {{- printf "%s-%s-%s" (include "dspark.fullname" .root | trunc 44 | trimSuffix "-") .job (sha256sum .pod | trunc 10) -}}
 {{- end -}}
 
-{{/* Labels of a Job's pod template: no chart or app version (they change on every upgrade, and would rename the
-     Job). */}}
-{{- define "dspark.jobPodLabels" -}}
-app.kubernetes.io/part-of: dspark
-app.kubernetes.io/name: {{ include "dspark.name" .root }}
-app.kubernetes.io/instance: {{ .root.Release.Name }}
-app.kubernetes.io/component: {{ .component }}
-{{- end -}}
-
 {{/* Python for a Job's container: api(method, path, body, content_type) -> (status, answer), a call to the
      Kubernetes API in the pod's namespace as its ServiceAccount (the mounted token, CA and namespace). */}}
 {{- define "dspark.kubeApiPython" -}}

@@ -6,6 +6,7 @@
 {{- $fullname := include "dspark.fullname" $root -}}
 serviceAccountName: {{ $fullname }}
 automountServiceAccountToken: false  # the servers never call the Kubernetes API
+enableServiceLinks: false  # no *_PORT / *_SERVICE_HOST variables of every Service (SGLang reads SGLANG_*)
 securityContext:
   {{- include "dspark.podSecurityContext" $root | nindent 2 }}
 terminationGracePeriodSeconds: {{ include "dspark.gracePeriod" $root }}
@@ -75,7 +76,8 @@ containers:
       timeoutSeconds: {{ $v.probes.liveness.timeoutSeconds }}
       failureThreshold: {{ $v.probes.liveness.failureThreshold }}
     {{- end }}
-    {{- with include "dspark.resources" (dict "root" $root "resources" $v.resources "gpu" true) }}
+    {{- $hubDir := and (include "dspark.hubRoles" (dict "root" $root "roles" (list "target" "drafter"))) (eq (include "dspark.hubCacheVolume" $root) "emptyDir") }}
+    {{- with include "dspark.resources" (dict "root" $root "resources" $v.resources "gpu" true "ephemeral" (include "dspark.ephemeralStorage" (dict "root" $root "hubCache" $hubDir))) }}
     resources:
       {{- . | nindent 6 }}
     {{- end }}
@@ -103,6 +105,9 @@ containers:
       {{- toYaml . | nindent 6 }}
       {{- end }}
       {{- end }}
+      {{- if and $v.http.apiKey.enabled (not .worker) }}
+      - {name: api-keys, mountPath: /etc/dspark/api-keys, readOnly: true}
+      {{- end }}
       {{- if and $v.admin.enabled (not .worker) }}
       - {name: admin-tokens, mountPath: /etc/dspark/admin-tokens, readOnly: true}
       {{- if $v.admin.tls.secretName }}
@@ -115,9 +120,9 @@ volumes:
     emptyDir: {medium: Memory, sizeLimit: {{ $v.shmSize }}}
   # writable paths under a read-only root: dspark's cache (SGLang's admin-key config, SPS profiles, audit log),
   # HOME (torch, Triton and FlashInfer JIT caches) and /tmp
-  - {name: cache, emptyDir: {}}
-  - {name: home, emptyDir: {}}
-  - {name: tmp, emptyDir: {}}
+  - {name: cache, emptyDir: {sizeLimit: {{ $v.scratchSize }}}}
+  - {name: home, emptyDir: {sizeLimit: {{ $v.scratchSize }}}}
+  - {name: tmp, emptyDir: {sizeLimit: {{ $v.scratchSize }}}}
   {{- with include "dspark.modelVolumes" (dict "root" $root "roles" (list "target" "drafter") "claim" (eq (include "dspark.hubCacheVolume" $root) "claim")) | trim }}
   {{- . | nindent 2 }}
   {{- end }}
@@ -125,6 +130,13 @@ volumes:
   {{- with $v.lws.network.extraVolumes }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
+  {{- end }}
+  {{- if and $v.http.apiKey.enabled (not .worker) }}
+  # the API keys `dspark serve --api-key-file` reads (never in args); generated once unless http.apiKey.existingSecret
+  - name: api-keys
+    secret:
+      secretName: {{ include "dspark.apiKeysSecret" $root }}
+      defaultMode: 0440
   {{- end }}
   {{- if and $v.admin.enabled (not .worker) }}
   - name: admin-tokens
@@ -146,6 +158,12 @@ volumes:
 {{/* Hugging Face downloads: the token (when given) and the cache's metadata beside the models. */}}
 {{- define "dspark.hubEnv" -}}
 - {name: HF_HOME, value: /models/hub/.hf}
+{{- if .Values.hub.caBundle.configMap }}
+# the CA bundle (hub.caBundle) for every TLS client a download uses: httpx, requests, curl, the AWS SDK
+{{- range list "SSL_CERT_FILE" "REQUESTS_CA_BUNDLE" "CURL_CA_BUNDLE" "AWS_CA_BUNDLE" }}
+- {name: {{ . }}, value: /etc/dspark/ca/{{ $.Values.hub.caBundle.key }}}
+{{- end }}
+{{- end }}
 {{- if .Values.hub.tokenSecret }}
 - name: HF_TOKEN
   valueFrom:
@@ -168,8 +186,9 @@ volumes:
 - name: fetch-{{ $role }}
   image: {{ include "dspark.image" $root }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
-  # huggingface_hub's CLI: resumes a partial download and skips files already in the cache
-  command: [hf, download]
+  # huggingface_hub's CLI: resumes a partial download and skips files already in the cache; stopped after
+  # hub.download.timeoutSeconds (the kubelet then starts it again, resuming)
+  command: [timeout, {{ $v.hub.download.timeoutSeconds | quote }}, hf, download]
   args:
     - {{ $m.hubId | quote }}
     - --revision
@@ -178,6 +197,9 @@ volumes:
     - {{ include "dspark.modelPath" (dict "m" $m "role" $role) }}
   env:
     {{- include "dspark.hubEnv" $root | nindent 4 }}
+    {{- with $v.extraEnv }}{{/* a hub mirror (HF_ENDPOINT), a proxy: whatever the serving container gets */}}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
   resources:
     {{- include "dspark.resources" (dict "root" $root "resources" $v.helperResources) | nindent 4 }}
   securityContext:
@@ -186,20 +208,41 @@ volumes:
     - {name: hub-cache, mountPath: /models/hub}
     - {name: home, mountPath: /home/dspark}
     - {name: tmp, mountPath: /tmp}
+    {{- if $v.hub.caBundle.configMap }}
+    - {name: ca-bundle, mountPath: /etc/dspark/ca, readOnly: true}
+    {{- end }}
 {{- end }}
 {{- end }}
 {{- end -}}
 
+{{/* A pvc model's directory is mounted at /models/<role> through a subPath of its claim's one volume
+     (dspark.claimVolume): a pod that names one claim in two volumes never starts (kubernetes/kubernetes#127004). */}}
 {{- define "dspark.modelMounts" -}}
 {{- $v := .root.Values -}}
 {{- if include "dspark.hubRoles" . }}
 - {name: hub-cache, mountPath: /models/hub, readOnly: true}
 {{- end }}
 {{- range $role := .roles }}
-{{- if eq (index $v $role).source "pvc" }}
-- {name: {{ $role }}-model, mountPath: /models/{{ $role }}, readOnly: true}
+{{- $m := index $v $role }}
+{{- if eq $m.source "pvc" }}
+- name: {{ include "dspark.claimVolume" (dict "root" $.root "roles" $.roles "role" $role) }}
+  mountPath: /models/{{ $role }}
+  {{- with $m.path | trimPrefix "/" | trimSuffix "/" }}
+  subPath: {{ . }}
+  {{- end }}
+  readOnly: true
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/* The volume that holds .role's claim: named after the first role in .roles on that claim, so target and
+     drafter on one claim share one volume. */}}
+{{- define "dspark.claimVolume" -}}
+{{- $v := .root.Values -}}
+{{- $claim := (index $v .role).claimName -}}
+{{- $first := "" -}}
+{{- range .roles }}{{ if and (not $first) (eq (index $v .).source "pvc") (eq (index $v .).claimName $claim) }}{{ $first = . }}{{ end }}{{ end -}}
+{{ $first }}-model
 {{- end -}}
 
 {{/* .claim: the hub cache is the claim (dspark.hubCacheVolume), else a download per pod into an emptyDir. */}}
@@ -212,10 +255,14 @@ volumes:
   {{- else }}
   emptyDir: {sizeLimit: {{ $v.hub.cache.size }}}
   {{- end }}
+{{- if $v.hub.caBundle.configMap }}
+- name: ca-bundle
+  configMap: {name: {{ $v.hub.caBundle.configMap }}, items: [{key: {{ $v.hub.caBundle.key }}, path: {{ $v.hub.caBundle.key }}}]}
+{{- end }}
 {{- end }}
 {{- range $role := .roles }}
 {{- $m := index $v $role }}
-{{- if eq $m.source "pvc" }}
+{{- if and (eq $m.source "pvc") (eq (include "dspark.claimVolume" (dict "root" $.root "roles" $.roles "role" $role)) (printf "%s-model" $role)) }}
 - name: {{ $role }}-model
   persistentVolumeClaim:
     claimName: {{ required (printf "%s.claimName is required when %s.source is pvc" $role $role) $m.claimName }}
