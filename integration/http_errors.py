@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-KINDS = {401: "Unauthorized", 404: "NotFound", 413: "PayloadTooLarge", 415: "UnsupportedMediaType",
+KINDS = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 413: "PayloadTooLarge", 415: "UnsupportedMediaType",
          429: "TooManyRequests", 503: "ServiceUnavailable"}
 
 
