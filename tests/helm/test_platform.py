@@ -223,3 +223,42 @@ def test_notes_say_when_the_drain_cannot_finish_a_generation(helm, flags, said):
 
 def test_no_service_links_in_the_serving_pods(render):
     assert find(render(), "Deployment", "dspark")["spec"]["template"]["spec"]["enableServiceLinks"] is False
+
+
+def test_an_oci_model_is_an_image_volume_that_validates_and_older_clusters_are_refused(helm):
+    import subprocess
+    import sys
+
+    flags = ("--set", "target.source=oci", "--set", "target.reference=registry.example.com/models/qwen3-8b:v1",
+             "--set", "target.path=/weights/", "--set", "drafter.source=image", "--set", "drafter.path=/opt/drafter")
+    text = helm("template", "dspark", str(CHART), "--kube-version", "1.35.0", *flags).stdout
+    pod = find([d for d in yaml.safe_load_all(text) if d], "Deployment")["spec"]["template"]["spec"]
+    assert {"name": "target-oci", "image": {"reference": "registry.example.com/models/qwen3-8b:v1",
+                                            "pullPolicy": "IfNotPresent"}} in pod["volumes"]
+    container = pod["containers"][0]
+    assert {"name": "target-oci", "mountPath": "/models/target", "subPath": "weights",
+            "readOnly": True} in container["volumeMounts"]
+    assert container["args"][container["args"].index("--target") + 1] == "/models/target"
+    assert "initContainers" not in pod  # nothing to download
+    validate = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", "-k", "1.35.0",
+                               "-"], input=text, text=True, capture_output=True)
+    assert validate.returncode == 0, validate.stdout + validate.stderr
+    refused = helm("template", "dspark", str(CHART), "--kube-version", "1.32.0", *flags, check=False)
+    assert refused.returncode != 0 and "target.source=oci needs image volumes with subPath" in refused.stderr
+
+
+def test_an_object_storage_model_is_synced_into_the_hub_cache_by_the_aws_cli(render):
+    docs = render("--values", str(GPU_EXAMPLE), "--set", "target.source=s3", "--set", "target.uri=s3://models/qwen3-8b/",
+                  "--set", "hub.objectStore.endpointUrl=https://storage.googleapis.com",
+                  "--set", "hub.objectStore.credentialsSecret=gcs-hmac", "--set", "target.size=20Gi")
+    pod = find(docs, "Deployment", "dspark")["spec"]["template"]["spec"]
+    fetch = next(c for c in pod["initContainers"] if c["name"] == "fetch-target")
+    assert fetch["command"][:5] == ["timeout", "3600", "aws", "s3", "sync"]
+    assert fetch["args"] == ["--endpoint-url", "https://storage.googleapis.com", "s3://models/qwen3-8b/",
+                             "/models/hub/s3/models/qwen3-8b"]
+    env = {e["name"]: e for e in fetch["env"]}
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"] == {"secretKeyRef": {"name": "gcs-hmac",
+                                                                           "key": "AWS_SECRET_ACCESS_KEY"}}
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--target") + 1] == "/models/hub/s3/models/qwen3-8b"
+    assert {"name": "hub-cache", "mountPath": "/models/hub", "readOnly": True} in pod["containers"][0]["volumeMounts"]

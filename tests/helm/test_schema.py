@@ -77,7 +77,10 @@ def test_every_value_in_values_yaml_is_documented():
     (["--set", "gpu.count=-1"], "/gpu/count"),
     (["--set", "gpu.resourceName=gpu"], "/gpu/resourceName"),
     (["--set", "shmSize=lots"], "/shmSize"),
-    (["--set", "target.source=s3"], "/target/source"),
+    (["--set", "target.source=ftp"], "/target/source"),
+    (["--set", "target.source=s3"], "/target/uri"),  # s3 needs its uri
+    (["--set", "http.apiKey.enabled=true", "--set-json", "http.apiKey.keys=[]"], "/http/apiKey/keys"),
+    (["--set", "target.size=16GB"], "/target/size"),
     (["--set", "target.hubId="], "/target"),
     (["--set", "drafter.source=pvc"], "/drafter"),
     (["--set", "drafter.source=image", "--set", "drafter.path=relative/dir"], "/drafter"),

@@ -148,7 +148,7 @@ rollingUpdate.maxSurge={{ $v.rollingUpdate.maxSurge }} (a surge pod beside the o
 {{- $mib := 0 -}}
 {{- range $role := list "target" "drafter" }}
 {{- $m := index $v $role }}
-{{- if and (eq $m.source "hub") $m.size }}
+{{- if and (has $m.source (list "hub" "s3")) $m.size }}
 {{- $stated = append $stated (printf "%s.size %s" $role $m.size) }}
 {{- $mib = add $mib (include "dspark.mebibytes" $m.size | int64) }}
 {{- end }}
@@ -163,7 +163,9 @@ rollingUpdate.maxSurge={{ $v.rollingUpdate.maxSurge }} (a surge pod beside the o
 {{- $m := .m -}}
 {{- if eq $m.source "hub" -}}
 /models/hub/{{ required (printf "%s.hubId is required when %s.source is hub" .role .role) $m.hubId }}/{{ $m.revision }}
-{{- else if eq $m.source "pvc" -}}
+{{- else if eq $m.source "s3" -}}
+/models/hub/s3/{{ required (printf "%s.uri is required when %s.source is s3" .role .role) $m.uri | trimPrefix "s3://" | trimSuffix "/" }}
+{{- else if or (eq $m.source "pvc") (eq $m.source "oci") -}}
 /models/{{ .role }}{{/* its directory on the claim, mounted there by subPath (dspark.modelMounts) */}}
 {{- else -}}
 {{ required (printf "%s.path is required when %s.source is image" .role .role) $m.path }}

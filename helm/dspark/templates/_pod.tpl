@@ -173,8 +173,9 @@ volumes:
 
 {{/* The models' hub downloads, mounts and volumes for the roles in .roles ("target", "drafter"): the serving
      pod needs both models, the SPS Job only the target. */}}
+{{/* The roles downloaded into the hub cache: from the Hugging Face hub, or from S3/GCS-compatible object storage. */}}
 {{- define "dspark.hubRoles" -}}
-{{- range .roles }}{{ if eq (index $.root.Values .).source "hub" }}{{ . }} {{ end }}{{ end -}}
+{{- range .roles }}{{ if has (index $.root.Values .).source (list "hub" "s3") }}{{ . }} {{ end }}{{ end -}}
 {{- end -}}
 
 {{- define "dspark.fetchContainers" -}}
@@ -182,8 +183,9 @@ volumes:
 {{- $v := $root.Values -}}
 {{- range $role := .roles }}
 {{- $m := index $v $role }}
-{{- if eq $m.source "hub" }}
+{{- if has $m.source (list "hub" "s3") }}
 - name: fetch-{{ $role }}
+  {{- if eq $m.source "hub" }}
   image: {{ include "dspark.image" $root }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
   # huggingface_hub's CLI: resumes a partial download and skips files already in the cache; stopped after
@@ -195,8 +197,35 @@ volumes:
     - {{ $m.revision | quote }}
     - --local-dir
     - {{ include "dspark.modelPath" (dict "m" $m "role" $role) }}
+  {{- else }}
+  {{- $s3 := $v.hub.objectStore }}
+  image: {{ $s3.image }}
+  imagePullPolicy: IfNotPresent
+  # the AWS CLI: `s3 sync` copies only what is missing or changed, so a restarted download resumes; GCS through its
+  # S3-compatible XML API (hub.objectStore.endpointUrl https://storage.googleapis.com, HMAC keys)
+  command: [timeout, {{ $v.hub.download.timeoutSeconds | quote }}, aws, s3, sync, --only-show-errors, --no-progress]
+  args:
+    {{- with $s3.endpointUrl }}
+    - --endpoint-url
+    - {{ . | quote }}
+    {{- end }}
+    - {{ required (printf "%s.uri is required when %s.source is s3" $role $role) $m.uri | quote }}
+    - {{ include "dspark.modelPath" (dict "m" $m "role" $role) }}
+  {{- end }}
   env:
     {{- include "dspark.hubEnv" $root | nindent 4 }}
+    {{- if eq $m.source "s3" }}
+    - {name: HOME, value: /home/dspark}
+    {{- with $v.hub.objectStore.region }}
+    - {name: AWS_DEFAULT_REGION, value: {{ . | quote }}}
+    {{- end }}
+    {{- with $v.hub.objectStore.credentialsSecret }}
+    - name: AWS_ACCESS_KEY_ID
+      valueFrom: {secretKeyRef: {name: {{ . }}, key: AWS_ACCESS_KEY_ID}}
+    - name: AWS_SECRET_ACCESS_KEY
+      valueFrom: {secretKeyRef: {name: {{ . }}, key: AWS_SECRET_ACCESS_KEY}}
+    {{- end }}
+    {{- end }}
     {{- with $v.extraEnv }}{{/* a hub mirror (HF_ENDPOINT), a proxy: whatever the serving container gets */}}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -226,6 +255,13 @@ volumes:
 {{- $m := index $v $role }}
 {{- if eq $m.source "pvc" }}
 - name: {{ include "dspark.claimVolume" (dict "root" $.root "roles" $.roles "role" $role) }}
+  mountPath: /models/{{ $role }}
+  {{- with $m.path | trimPrefix "/" | trimSuffix "/" }}
+  subPath: {{ . }}
+  {{- end }}
+  readOnly: true
+{{- else if eq $m.source "oci" }}
+- name: {{ $role }}-oci
   mountPath: /models/{{ $role }}
   {{- with $m.path | trimPrefix "/" | trimSuffix "/" }}
   subPath: {{ . }}
@@ -267,6 +303,15 @@ volumes:
   persistentVolumeClaim:
     claimName: {{ required (printf "%s.claimName is required when %s.source is pvc" $role $role) $m.claimName }}
     readOnly: true
+{{- else if eq $m.source "oci" }}
+{{- if semverCompare "<1.33-0" $.root.Capabilities.KubeVersion.Version }}
+{{- fail (printf "%s.source=oci needs image volumes with subPath (Kubernetes >= 1.33; on by default from 1.35, GA in 1.36); this cluster is %s" $role $.root.Capabilities.KubeVersion.Version) }}
+{{- end }}
+# the model as an OCI artifact or image, pulled by the kubelet like the container image (no download container)
+- name: {{ $role }}-oci
+  image:
+    reference: {{ required (printf "%s.reference is required when %s.source is oci" $role $role) $m.reference }}
+    pullPolicy: IfNotPresent
 {{- end }}
 {{- end }}
 {{- end -}}
