@@ -57,7 +57,8 @@ from dspark.integration.metrics import observe_gate_in_flight, observe_gate_refu
 from dspark.integration.request_limits import RequestLimits
 from dspark.integration.routes import RouteClassifier, RouteKind
 from dspark.integration.parser_bounds import PARSER_ENDPOINTS, runs_in_worker
-from dspark.integration.scheduler_fields import FieldRefusal, check_scope, check_strings
+from dspark.integration.scheduler_fields import (FieldRefusal, check_sampling_params, check_scope, check_strings,
+                                                 sampling_param_names)
 from dspark.integration.sessions import SessionGuard
 from dspark.integration.stop_regex import window_clamp
 from dspark.integration.validation_errors import scrub_validation_errors
@@ -252,6 +253,10 @@ def check_body(body: Any, limits: RequestLimits, bounds: ModelBounds) -> int:
         check_strings(body)
     except FieldRefusal as refusal:
         raise Refused(400, clipped(refusal.field, 200), refusal.message, counted_as="lone_surrogate") from None
+    try:
+        check_sampling_params(body.get("sampling_params"), sampling_param_names())
+    except FieldRefusal as refusal:
+        raise Refused(400, refusal.field, refusal.message) from None
     check_ollama_options(body.get("options"))
     if body.get("messages") == []:  # SGLang's Ollama chat fails on it (a 500); the others refuse it
         raise Refused(400, "messages", "messages must hold at least one message, got []")

@@ -17,13 +17,17 @@ bits (64 for seeds) and token ids the vocabulary (request_gate.py); the fields b
     logit_bias                  values finite in [-100, 100] (OpenAI's range): 1e39 overflowed float32 and every
                                 answer was EOS
     stop_regex                  stop_regex.py
-    json_schema, regex, ebnf, structural_tag, response_format   at most max_grammar_bytes
+    json_schema, regex, ebnf, structural_tag, response_format   at most max_grammar_bytes; response_format an
+                                object (2 raised inside SGLang's validator: a 500)
+    sampling_params             only SamplingParams' own fields, as objects (an unknown key raised a TypeError
+                                in SGLang's handler: a 500)
     any string                  no lone surrogate (SGLang's answer held a file path and a traceback)
 """
 from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 from typing import Any, Iterator, Optional
 
 from dspark.integration.stop_regex import stop_regex_problem
@@ -92,6 +96,9 @@ def check_scope(scope: dict, max_n: int, context: int, max_grammar_bytes: int) -
     problem = stop_regex_problem(scope.get("stop_regex"))
     if problem:
         raise FieldRefusal("stop_regex", problem)
+    if scope.get("response_format") is not None and not isinstance(scope["response_format"], dict):
+        raise FieldRefusal("response_format", f"response_format must be an object, got "
+                                              f"{shown(scope['response_format'])}")
     for field in GRAMMAR_FIELDS:
         value = scope.get(field)
         if value is not None and grammar_size(value) > max_grammar_bytes:
@@ -99,6 +106,28 @@ def check_scope(scope: dict, max_n: int, context: int, max_grammar_bytes: int) -
                                       f"got {grammar_size(value)}")
     beam = scope.get("beam_width")
     return beam if isinstance(beam, int) and not isinstance(beam, bool) else 1
+
+
+@lru_cache(maxsize=1)
+def sampling_param_names() -> frozenset:
+    """What a client may put in /generate's sampling_params: SamplingParams' fields less its internal ones."""
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    return frozenset(SamplingParams.__struct_fields__) - set(REFUSED_FIELDS)
+
+
+def check_sampling_params(value: Any, known: frozenset) -> None:
+    """/generate's sampling_params (an object, or one per prompt) hold objects of known keys only (REFUSED_FIELDS
+    are named by check_scope)."""
+    for item in value if isinstance(value, list) else [value]:
+        if item is None:
+            continue
+        if not isinstance(item, dict):
+            raise FieldRefusal("sampling_params", f"sampling_params must be an object or a list of objects, got "
+                                                  f"{shown(item)}")
+        unknown = sorted(key for key in item if key not in known and key not in REFUSED_FIELDS)
+        if unknown:
+            raise FieldRefusal("sampling_params", f"sampling_params has no field {shown(unknown[0])}")
 
 
 def lone_surrogate_field(body: Any) -> Optional[str]:

@@ -77,6 +77,8 @@ def test_the_stop_regex_window_is_capped_after_sglang_normalizes():
     ({"prompt": "x", "logit_bias": {"5": 101}}, "logit_bias"),
     ({"text": "x", "sampling_params": {"ebnf": "root ::= " + '"a" | ' * 20000 + '"b"'}}, "ebnf"),
     ({"text": "\ud800"}, "text"),
+    ({"text": "def f(", "sampling_params": [{"role": "user", "content": 5}]}, "sampling_params"),  # fuzz: a 500
+    ({"messages": [{"role": "user", "content": "x"}], "response_format": 2}, "response_format"),  # fuzz: a 500
 ])
 def test_each_field_that_reaches_the_scheduler_is_bounded(body, field):
     with pytest.raises(Refused) as refused:
