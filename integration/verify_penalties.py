@@ -11,7 +11,11 @@ added. A penalised greedy request therefore got the unpenalised answer.
 Hooked AROUND the two verify paths (`TargetVerifyExecutor.run_compact` and `run_non_compact`), this module runs
 them without SGLang's adjustment and then applies the penalties of every row of the window from each request's
 own committed output (`req.output_ids`) and the drafts before that row (kernels/window_penalties.py), then the
-logit_bias. SGLang's grammar mask is applied after the verify by the worker, as before.
+logit_bias. SGLang's grammar mask is applied after the verify by the worker, as before. The penalties run in the
+order SGLang's non-overlapped decode runs them, which is not additive-then-scaling: its orchestrator applies its
+penalizers in the order of a dict built from a *set* of the four classes (`SamplingBatchInfo.from_schedule_batch`),
+the set's iteration order in that process (frequency, repetition, presence on the machines measured), and
+repetition's scaling does not commute with the additive penalties. `sglang_penalty_order` rebuilds that set.
 
 `verify_logits_adjustments_are_noop` (AFTER) also answers False for a batch with penalties, so that on a GPU the
 accept folded into the verify CUDA graph, which runs before these adjustments could, is never taken for one.
@@ -35,6 +39,20 @@ NOOP_CHECK = "sglang.srt.speculative.dspark_components.dspark_worker_v2.verify_l
 
 # The sampling parameters that make a request's verify rows differ from one another, with their "off" values.
 PENALTY_OFF = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0, "min_new_tokens": 0}
+
+
+PENALIZER_KINDS = {"BatchedFrequencyPenalizer": "frequency", "BatchedMinNewTokensPenalizer": "min_new_tokens",
+                   "BatchedPresencePenalizer": "presence", "BatchedRepetitionPenalizer": "repetition"}
+
+
+def sglang_penalty_order() -> list[str]:
+    """The order SGLang's orchestrator applies penalties in, in this process: its dict is built from the set literal
+    of `SamplingBatchInfo.from_schedule_batch`; the same literal here iterates the same way."""
+    from sglang.srt.sampling import penaltylib
+
+    penalizers = {penaltylib.BatchedFrequencyPenalizer, penaltylib.BatchedMinNewTokensPenalizer,
+                  penaltylib.BatchedPresencePenalizer, penaltylib.BatchedRepetitionPenalizer}
+    return [PENALIZER_KINDS[penalizer.__name__] for penalizer in {penalizer: None for penalizer in penalizers}]
 
 
 def penalised(sampling_params) -> bool:
@@ -67,8 +85,8 @@ def window_penalties(reqs, rows: list[int], vocab: int, logit_bias, device) -> W
         logit_bias=None if logit_bias is None else logit_bias[torch.tensor(rows, device=logit_bias.device)])
 
 
-def adjust_window(logits: torch.Tensor, reqs, verify_ids: torch.Tensor, logit_bias) -> None:
-    """Penalise (and bias) the [bs * W, V] verify logits of the requests that ask for it, in place."""
+def adjust_window(logits: torch.Tensor, reqs, verify_ids: torch.Tensor, logit_bias, order: list[str]) -> None:
+    """Penalise (in `order`) and bias the [bs * W, V] verify logits of the requests that ask for it, in place."""
     bs, width = verify_ids.shape
     vocab = logits.shape[-1]
     rows = [row for row in range(bs) if penalised(reqs[row].sampling_params)]
@@ -98,18 +116,18 @@ def adjust_window(logits: torch.Tensor, reqs, verify_ids: torch.Tensor, logit_bi
     selected = window[index]
     apply_window_penalties(selected, history.to(device), chains[:, 1:], torch.tensor([len(o) for o in outputs],
                                                                                    device=device),
-                           window_penalties(reqs, rows, vocab, logit_bias, device))
+                           window_penalties(reqs, rows, vocab, logit_bias, device), order)
     window[index] = selected
 
 
-def _verify_without_sglang_adjustments(verify_ids_of, original, executor, **kwargs):
+def _verify_without_sglang_adjustments(order, verify_ids_of, original, executor, **kwargs):
     sampling_info = kwargs.get("sampling_info")
     kwargs["sampling_info"] = None  # SGLang's adjustment (module docstring) is skipped, and ours runs instead
     result = original(executor, **kwargs)
     if sampling_info is not None:
         target_verify = result[0] if isinstance(result, tuple) else result
         adjust_window(target_verify.logits_output.next_token_logits, kwargs["batch"].reqs, verify_ids_of(kwargs),
-                      sampling_info.logit_bias)
+                      sampling_info.logit_bias, order)
     return result
 
 
@@ -131,8 +149,9 @@ def install() -> None:
 
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    HookRegistry.register(f"{EXECUTOR}.run_compact", partial(_verify_without_sglang_adjustments,
+    order = sglang_penalty_order()
+    HookRegistry.register(f"{EXECUTOR}.run_compact", partial(_verify_without_sglang_adjustments, order,
                                                               _compact_verify_ids), HookType.AROUND)
-    HookRegistry.register(f"{EXECUTOR}.run_non_compact", partial(_verify_without_sglang_adjustments,
+    HookRegistry.register(f"{EXECUTOR}.run_non_compact", partial(_verify_without_sglang_adjustments, order,
                                                                  _non_compact_verify_ids), HookType.AROUND)
     HookRegistry.register(NOOP_CHECK, _noop_unless_penalised, HookType.AFTER)

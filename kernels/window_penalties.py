@@ -2,14 +2,18 @@
 of the window's positions at once.
 
 A decode step that draws output token t of a request scores the vocabulary with the target's logits l and the
-request's penalties over the output tokens o_0..o_{t-1} drawn before it (prompt tokens do not count, as in SGLang):
+request's penalties over the output tokens o_0..o_{t-1} drawn before it (prompt tokens do not count, as in SGLang).
+With c[v] = #{i < t : o_i = v}, each penalty is one step on the logits:
 
-    c[v]    = #{i < t : o_i = v}                          occurrences so far
-    l1[v]   = l[v] - f*c[v] - p*[c[v] > 0] + m_t[v]      frequency f, presence p; m_t[v] = -inf for a stop
-                                                           token v while t < min_new_tokens, else 0
-    l2[v]   = l1[v] * r if l1[v] < 0 else l1[v] / r        for every v with c[v] > 0 (repetition r); else l1[v]
-    l3[v]   = l2[v] + b[v]                                 logit_bias, which SGLang adds after the grammar mask
-                                                           (the mask only writes -inf, so the order is moot)
+    frequency f        l[v] -= f * c[v]
+    presence p         l[v] -= p * [c[v] > 0]
+    min_new_tokens m   l[v] = -inf for every stop token v while t < m
+    repetition r       l[v] = l[v] * r if l[v] < 0 else l[v] / r, for every v with c[v] > 0
+
+The steps do not commute (repetition scales what the additive steps left), so they run in the order the caller
+gives: SGLang's non-overlapped decode applies its penalizers in the order of its orchestrator's dict, which the
+served path reads from SGLang (integration/verify_penalties.py). Then logit_bias is added: SGLang adds it after the
+grammar mask, which only writes -inf, so the order against the mask is moot.
 
 A verify window of width W holds the anchor (the last committed token) and the drafts d_1..d_{W-1}. Its row j
 scores the token after d_j as though d_1..d_j had been accepted: output position t = n + j (n committed output
@@ -21,9 +25,11 @@ and EAGLE workers do) is not: a token drafted at position 1 goes unpenalised at 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
+
+PENALTIES = ("frequency", "presence", "min_new_tokens", "repetition")  # additive first: SGLang's overlapped order
 
 
 @dataclass(frozen=True)
@@ -54,8 +60,10 @@ def window_counts(history_counts: torch.Tensor, drafts: torch.Tensor) -> torch.T
 
 
 def apply_window_penalties(logits: torch.Tensor, history_counts: torch.Tensor, drafts: torch.Tensor,
-                           output_lens: torch.Tensor, penalties: WindowPenalties) -> None:
-    """Penalise a verify window's logits in place (the module docstring's l -> l3, row by row).
+                           output_lens: torch.Tensor, penalties: WindowPenalties,
+                           order: Sequence[str] = PENALTIES) -> None:
+    """Penalise a verify window's logits in place, one penalty after another in `order` (module docstring), then
+    add the logit_bias.
 
     logits: [R, W, V] float; history_counts: [R, V] float32; drafts: [R, W-1] long; output_lens: [R] long, the
     committed output tokens n of each request.
@@ -64,14 +72,21 @@ def apply_window_penalties(logits: torch.Tensor, history_counts: torch.Tensor, d
     if drafts.shape != (rows, width - 1) or history_counts.shape != (rows, vocab) or output_lens.shape != (rows,):
         raise ValueError(f"window of {tuple(logits.shape)} logits: drafts {tuple(drafts.shape)}, history counts "
                          f"{tuple(history_counts.shape)} and output lengths {tuple(output_lens.shape)} do not fit")
+    if sorted(order) != sorted(PENALTIES):
+        raise ValueError(f"order must name each of {PENALTIES} once, got {tuple(order)}")
     counts = window_counts(history_counts, drafts)  # [R, W, V]
     seen = counts > 0
-    additive = -(penalties.frequency[:, None, None] * counts) - penalties.presence[:, None, None] * seen
-    positions = output_lens[:, None] + torch.arange(width, device=logits.device)  # [R, W]: t of each row
-    held_back = (positions < penalties.min_new_tokens[:, None])[:, :, None] & penalties.stop_tokens[:, None, :]
-    additive = additive.masked_fill(held_back, float("-inf"))
-    logits.add_(additive.to(logits.dtype))
-    scale = torch.where(seen, penalties.repetition[:, None, None], 1.0).to(logits.dtype)  # [R, W, V]
-    logits.copy_(torch.where(logits < 0, logits * scale, logits / scale))
+    for penalty in order:
+        if penalty == "frequency":
+            logits.sub_((penalties.frequency[:, None, None] * counts).to(logits.dtype))
+        elif penalty == "presence":
+            logits.sub_((penalties.presence[:, None, None] * seen).to(logits.dtype))
+        elif penalty == "min_new_tokens":
+            positions = output_lens[:, None] + torch.arange(width, device=logits.device)  # [R, W]: t of each row
+            held_back = (positions < penalties.min_new_tokens[:, None])[:, :, None] & penalties.stop_tokens[:, None]
+            logits.masked_fill_(held_back, float("-inf"))
+        else:
+            scale = torch.where(seen, penalties.repetition[:, None, None], 1.0).to(logits.dtype)  # [R, W, V]
+            logits.copy_(torch.where(logits < 0, logits * scale, logits / scale))
     if penalties.logit_bias is not None:
         logits.add_(penalties.logit_bias[:, None, :].to(logits.dtype))

@@ -1,11 +1,12 @@
 """A verify window's penalties equal SGLang's own penalizers stepped through the same tokens one decode at a time
-(frequency, presence, repetition, min_new_tokens, logit_bias), row by row."""
+(frequency, presence, repetition, min_new_tokens, logit_bias), row by row, in both orders SGLang applies them: its
+orchestrator's (a non-overlapped decode) and additive-then-scaling (an overlapped one)."""
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from dspark.kernels.window_penalties import WindowPenalties, apply_window_penalties, window_counts
+from dspark.kernels.window_penalties import PENALTIES, WindowPenalties, apply_window_penalties, window_counts
 
 VOCAB, WIDTH = 50, 6
 EOS = 3
@@ -23,32 +24,46 @@ class OneRequestBatch:  # the orchestrator keeps a weak reference to its batch
         self.reqs, self.device = [req], "cpu"
 
 
-def sglang_rows(reqs, outputs, chains, logits, logit_bias):
-    """Each row as SGLang's no-spec decode scores it: the orchestrator fed every committed token and the drafts
-    before the row, one decode step at a time, then its forward-copy order (additive, scaling, logit_bias)."""
+KIND = {"BatchedFrequencyPenalizer": "frequency", "BatchedPresencePenalizer": "presence",
+        "BatchedRepetitionPenalizer": "repetition", "BatchedMinNewTokensPenalizer": "min_new_tokens"}
+
+
+def orchestrator_of(req):
     from sglang.srt.sampling.penaltylib import (BatchedFrequencyPenalizer, BatchedMinNewTokensPenalizer,
                                                 BatchedPenalizerOrchestrator, BatchedPresencePenalizer,
                                                 BatchedRepetitionPenalizer)
 
+    return BatchedPenalizerOrchestrator(VOCAB, OneRequestBatch(req), {
+        BatchedFrequencyPenalizer, BatchedMinNewTokensPenalizer, BatchedPresencePenalizer,
+        BatchedRepetitionPenalizer})
+
+
+def sglang_rows(reqs, outputs, chains, logits, logit_bias, overlapped: bool):
+    """Each row as SGLang's decode scores it: the orchestrator fed every committed token and the drafts before the
+    row, one decode step at a time, then applied (overlapped: its accumulated buffers, additive then scaling)."""
     expected = logits.clone()
     for r, req in enumerate(reqs):
-        batch = OneRequestBatch(req)
-        orchestrator = BatchedPenalizerOrchestrator(VOCAB, batch, {
-            BatchedFrequencyPenalizer, BatchedPresencePenalizer, BatchedRepetitionPenalizer,
-            BatchedMinNewTokensPenalizer})
+        orchestrator = orchestrator_of(req)
         for token in outputs[r]:
             orchestrator.cumulate_output_tokens(torch.tensor([token]))
         for j in range(WIDTH):
             if j:
                 orchestrator.cumulate_output_tokens(chains[r, j:j + 1])
             row = expected[r, j:j + 1]
-            if orchestrator.is_required:
+            if orchestrator.is_required and overlapped:
                 additive = torch.zeros(1, VOCAB)
                 orchestrator.accumulate_additive_penalties(additive)
                 row.add_(additive)
                 scaling = orchestrator.accumulate_scaling_penalties()
                 if scaling is not None:
                     row.copy_(torch.where(row < 0, row * scaling, row / scaling))
+            elif orchestrator.is_required:
+                for penalizer in orchestrator.penalizers.values():
+                    if penalizer.is_multiplicative and penalizer.is_prepared():  # SGLang's scaling, eagerly
+                        scaling = penalizer.get_scaling_penalties()
+                        row.copy_(torch.where(row < 0, row * scaling, row / scaling))
+                    else:
+                        penalizer.apply(row)
             row.add_(logit_bias[r])
     return expected
 
@@ -64,26 +79,41 @@ def penalties_of(reqs, logit_bias):
                            stop_tokens=stop, logit_bias=logit_bias)
 
 
+@pytest.mark.parametrize("overlapped", [False, True])
 @pytest.mark.parametrize("seed", range(4))
-def test_every_row_equals_sglang_penalizers_stepped_one_token_at_a_time(seed):
+def test_every_row_equals_sglang_penalizers_stepped_one_token_at_a_time(seed, overlapped):
     generator = torch.Generator().manual_seed(seed)
     reqs = [request(frequency=0.5), request(presence=0.75), request(repetition=1.3),
             request(frequency=0.25, presence=0.5, repetition=1.2, min_new_tokens=7, stop=(5,)),
-            request(min_new_tokens=4), request()]
+            request(frequency=0.4, presence=0.3, repetition=1.1), request(min_new_tokens=4), request()]
     # small token range: drafts repeat the history and one another, which is where rows differ
     outputs = [torch.randint(0, 12, (int(n),), generator=generator).tolist()
                for n in torch.randint(0, 9, (len(reqs),), generator=generator)]
     chains = torch.randint(0, 12, (len(reqs), WIDTH), generator=generator)
     logits = torch.randn(len(reqs), WIDTH, VOCAB, generator=generator) * 3
     logit_bias = torch.randn(len(reqs), VOCAB, generator=generator)
-    expected = sglang_rows(reqs, outputs, chains, logits, logit_bias)
+    expected = sglang_rows(reqs, outputs, chains, logits, logit_bias, overlapped)
 
     history = torch.stack([torch.bincount(torch.tensor(o, dtype=torch.long), minlength=VOCAB).float()
                            for o in outputs])
+    order = PENALTIES if overlapped else [KIND[type(p).__name__] for p in orchestrator_of(reqs[0]).penalizers.values()]
     actual = logits.clone()
     apply_window_penalties(actual, history, chains[:, 1:], torch.tensor([len(o) for o in outputs]),
-                           penalties_of(reqs, logit_bias))
+                           penalties_of(reqs, logit_bias), order)
     torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_the_order_matters_when_repetition_meets_an_additive_penalty():
+    reqs = [request(frequency=0.4, presence=0.3, repetition=1.1)]
+    history = torch.zeros(1, VOCAB)
+    history[0, 7] = 2
+    results = []
+    for order in (PENALTIES, ("frequency", "repetition", "presence", "min_new_tokens")):
+        logits = torch.full((1, WIDTH, VOCAB), 2.0)
+        apply_window_penalties(logits, history, torch.zeros(1, WIDTH - 1, dtype=torch.long), torch.tensor([2]),
+                               penalties_of(reqs, None), order)
+        results.append(logits[0, 0, 7].item())
+    assert results[0] == pytest.approx((2 - 0.8 - 0.3) / 1.1) and results[1] == pytest.approx((2 - 0.8) / 1.1 - 0.3)
 
 
 def test_a_token_drafted_earlier_in_the_window_is_penalised_in_later_rows_only():
@@ -101,6 +131,13 @@ def test_min_new_tokens_holds_stop_tokens_back_until_its_position():
                            torch.tensor([3]), penalties_of(reqs, None))
     # rows score output positions 3..8: EOS is held back at 3 and 4 only
     assert logits[0, :, EOS].tolist() == [float("-inf")] * 2 + [0.0] * 4
+
+
+def test_an_order_that_leaves_a_penalty_out_is_refused():
+    with pytest.raises(ValueError, match="each of"):
+        apply_window_penalties(torch.zeros(1, WIDTH, VOCAB), torch.zeros(1, VOCAB),
+                               torch.zeros(1, WIDTH - 1, dtype=torch.long), torch.tensor([0]),
+                               penalties_of([request()], None), ("frequency", "presence", "repetition"))
 
 
 def test_a_window_that_does_not_fit_is_refused():
