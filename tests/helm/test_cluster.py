@@ -35,7 +35,8 @@ def plane(tmp_path_factory):
     kubelet = Kubelet(plane)
     try:
         plane.start()
-        base = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+        # as a kubelet registers a node: its disk too (the serving pods request their emptyDirs' sizeLimits)
+        base = {"cpu": "64", "memory": "512Gi", "pods": "110", "ephemeral-storage": "1Ti"}
         plane.add_node(GPU_NODE, {"nvidia.com/gpu.present": "true"},
                        [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
                        {**base, "nvidia.com/gpu": "8"})
