@@ -3,7 +3,10 @@ mirror, proxy or private CA with a bounded time and declared disk, and pod templ
 leaves alone."""
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -163,9 +166,8 @@ def test_topology_spread_constraints_reach_the_serving_pods_only(render):
     spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
                "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "dspark",
                                                  "app.kubernetes.io/component": "server"}}}]
-    import json
-
-    docs = render("--values", str(GPU_EXAMPLE), "--set-json", f"scheduling.topologySpreadConstraints={json.dumps(spread)}")
+    docs = render("--values", str(GPU_EXAMPLE),
+                  "--set-json", f"scheduling.topologySpreadConstraints={json.dumps(spread)}")
     pods = pod_specs(docs)
     assert pods["Deployment/dspark"]["topologySpreadConstraints"] == spread
     assert "topologySpreadConstraints" not in pods["Deployment/dspark-router"]
@@ -226,9 +228,6 @@ def test_no_service_links_in_the_serving_pods(render):
 
 
 def test_an_oci_model_is_an_image_volume_that_validates_and_older_clusters_are_refused(helm):
-    import subprocess
-    import sys
-
     flags = ("--set", "target.source=oci", "--set", "target.reference=registry.example.com/models/qwen3-8b:v1",
              "--set", "target.path=/weights/", "--set", "drafter.source=image", "--set", "drafter.path=/opt/drafter")
     text = helm("template", "dspark", str(CHART), "--kube-version", "1.35.0", *flags).stdout
@@ -248,7 +247,8 @@ def test_an_oci_model_is_an_image_volume_that_validates_and_older_clusters_are_r
 
 
 def test_an_object_storage_model_is_synced_into_the_hub_cache_by_the_aws_cli(render):
-    docs = render("--values", str(GPU_EXAMPLE), "--set", "target.source=s3", "--set", "target.uri=s3://models/qwen3-8b/",
+    docs = render("--values", str(GPU_EXAMPLE), "--set", "target.source=s3",
+                  "--set", "target.uri=s3://models/qwen3-8b/",
                   "--set", "hub.objectStore.endpointUrl=https://storage.googleapis.com",
                   "--set", "hub.objectStore.credentialsSecret=gcs-hmac", "--set", "target.size=20Gi")
     pod = find(docs, "Deployment", "dspark")["spec"]["template"]["spec"]
