@@ -11,11 +11,16 @@ added. A penalised greedy request therefore got the unpenalised answer.
 Hooked AROUND the two verify paths (`TargetVerifyExecutor.run_compact` and `run_non_compact`), this module runs
 them without SGLang's adjustment and then applies the penalties of every row of the window from each request's
 own committed output (`req.output_ids`) and the drafts before that row (kernels/window_penalties.py), then the
-logit_bias. SGLang's grammar mask is applied after the verify by the worker, as before. The penalties run in the
-order SGLang's non-overlapped decode runs them, which is not additive-then-scaling: its orchestrator applies its
-penalizers in the order of a dict built from a *set* of the four classes (`SamplingBatchInfo.from_schedule_batch`),
-the set's iteration order in that process (frequency, repetition, presence on the machines measured), and
-repetition's scaling does not commute with the additive penalties. `sglang_penalty_order` rebuilds that set.
+logit_bias. SGLang's grammar mask is applied after the verify by the worker, as before.
+
+The order of the penalties matters (repetition's scaling does not commute with the additive ones), and SGLang's own
+non-overlapped decode has none: its orchestrator applies its penalizers in the order of a dict built from a *set* of
+the four classes (`SamplingBatchInfo.from_schedule_batch`), whose iteration order follows the classes' addresses and
+so changes from one process to the next. Two `--no-spec` servers could answer the same penalised request differently
+(frequency 0.4, presence 0.3 and repetition 1.1 together first differed at the 21st token between two processes
+here). Hooked AROUND `BatchedPenalizerOrchestrator.apply`, every SGLang process the plugin loads into applies them in
+one order, the kernel's (kernels/window_penalties.PENALTIES: the additive ones, then the scaling, as SGLang's
+overlapped decode does), and so does the verify.
 
 `verify_logits_adjustments_are_noop` (AFTER) also answers False for a batch with penalties, so that on a GPU the
 accept folded into the verify CUDA graph, which runs before these adjustments could, is never taken for one.
@@ -30,29 +35,20 @@ from __future__ import annotations
 import logging
 import torch
 
-from dspark.kernels.window_penalties import WindowPenalties, apply_window_penalties
+from dspark.kernels.window_penalties import PENALTIES, WindowPenalties, apply_window_penalties
 
 logger = logging.getLogger(__name__)
 
 EXECUTOR = "sglang.srt.speculative.dspark_components.dspark_verify.TargetVerifyExecutor"
+ORCHESTRATOR_APPLY = "sglang.srt.sampling.penaltylib.orchestrator.BatchedPenalizerOrchestrator.apply"
 NOOP_CHECK = "sglang.srt.speculative.dspark_components.dspark_worker_v2.verify_logits_adjustments_are_noop"
 
 # The sampling parameters that make a request's verify rows differ from one another, with their "off" values.
 PENALTY_OFF = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0, "min_new_tokens": 0}
 
 
-PENALIZER_KINDS = {"BatchedFrequencyPenalizer": "frequency", "BatchedMinNewTokensPenalizer": "min_new_tokens",
-                   "BatchedPresencePenalizer": "presence", "BatchedRepetitionPenalizer": "repetition"}
-
-
-def sglang_penalty_order() -> list[str]:
-    """The order SGLang's orchestrator applies penalties in, in this process: its dict is built from the set literal
-    of `SamplingBatchInfo.from_schedule_batch`; the same literal here iterates the same way."""
-    from sglang.srt.sampling import penaltylib
-
-    penalizers = {penaltylib.BatchedFrequencyPenalizer, penaltylib.BatchedMinNewTokensPenalizer,
-                  penaltylib.BatchedPresencePenalizer, penaltylib.BatchedRepetitionPenalizer}
-    return [PENALIZER_KINDS[penalizer.__name__] for penalizer in {penalizer: None for penalizer in penalizers}]
+KIND_OF_PENALIZER = {"BatchedFrequencyPenalizer": "frequency", "BatchedMinNewTokensPenalizer": "min_new_tokens",
+                     "BatchedPresencePenalizer": "presence", "BatchedRepetitionPenalizer": "repetition"}
 
 
 def penalised(sampling_params) -> bool:
@@ -85,8 +81,8 @@ def window_penalties(reqs, rows: list[int], vocab: int, logit_bias, device) -> W
         logit_bias=None if logit_bias is None else logit_bias[torch.tensor(rows, device=logit_bias.device)])
 
 
-def adjust_window(logits: torch.Tensor, reqs, verify_ids: torch.Tensor, logit_bias, order: list[str]) -> None:
-    """Penalise (in `order`) and bias the [bs * W, V] verify logits of the requests that ask for it, in place."""
+def adjust_window(logits: torch.Tensor, reqs, verify_ids: torch.Tensor, logit_bias) -> None:
+    """Penalise and bias the [bs * W, V] verify logits of the requests that ask for it, in place."""
     bs, width = verify_ids.shape
     vocab = logits.shape[-1]
     rows = [row for row in range(bs) if penalised(reqs[row].sampling_params)]
@@ -116,18 +112,18 @@ def adjust_window(logits: torch.Tensor, reqs, verify_ids: torch.Tensor, logit_bi
     selected = window[index]
     apply_window_penalties(selected, history.to(device), chains[:, 1:], torch.tensor([len(o) for o in outputs],
                                                                                    device=device),
-                           window_penalties(reqs, rows, vocab, logit_bias, device), order)
+                           window_penalties(reqs, rows, vocab, logit_bias, device))
     window[index] = selected
 
 
-def _verify_without_sglang_adjustments(order, verify_ids_of, original, executor, **kwargs):
+def _verify_without_sglang_adjustments(verify_ids_of, original, executor, **kwargs):
     sampling_info = kwargs.get("sampling_info")
     kwargs["sampling_info"] = None  # SGLang's adjustment (module docstring) is skipped, and ours runs instead
     result = original(executor, **kwargs)
     if sampling_info is not None:
         target_verify = result[0] if isinstance(result, tuple) else result
         adjust_window(target_verify.logits_output.next_token_logits, kwargs["batch"].reqs, verify_ids_of(kwargs),
-                      sampling_info.logit_bias, order)
+                      sampling_info.logit_bias)
     return result
 
 
@@ -137,6 +133,15 @@ def _compact_verify_ids(kwargs) -> torch.Tensor:
 
 def _non_compact_verify_ids(kwargs) -> torch.Tensor:
     return kwargs["verify_ids_2d"]
+
+
+def _apply_in_one_order(original, orchestrator, logits, repeat=None):
+    """SGLang's decode-time penalties in PENALTIES' order, whatever order its dict of penalizers iterates in."""
+    if repeat is not None:  # the speculative workers' expansion: additive first already
+        return original(orchestrator, logits, repeat)
+    rank = {kind: index for index, kind in enumerate(PENALTIES)}
+    for penalizer in sorted(orchestrator.penalizers.values(), key=lambda p: rank[KIND_OF_PENALIZER[type(p).__name__]]):
+        penalizer.apply(logits)
 
 
 def _noop_unless_penalised(result: bool, sampling_info, *args, **kwargs) -> bool:
@@ -149,9 +154,9 @@ def install() -> None:
 
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    order = sglang_penalty_order()
-    HookRegistry.register(f"{EXECUTOR}.run_compact", partial(_verify_without_sglang_adjustments, order,
+    HookRegistry.register(f"{EXECUTOR}.run_compact", partial(_verify_without_sglang_adjustments,
                                                               _compact_verify_ids), HookType.AROUND)
-    HookRegistry.register(f"{EXECUTOR}.run_non_compact", partial(_verify_without_sglang_adjustments, order,
+    HookRegistry.register(f"{EXECUTOR}.run_non_compact", partial(_verify_without_sglang_adjustments,
                                                                  _non_compact_verify_ids), HookType.AROUND)
+    HookRegistry.register(ORCHESTRATOR_APPLY, _apply_in_one_order, HookType.AROUND)
     HookRegistry.register(NOOP_CHECK, _noop_unless_penalised, HookType.AFTER)

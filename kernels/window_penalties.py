@@ -10,9 +10,8 @@ With c[v] = #{i < t : o_i = v}, each penalty is one step on the logits:
     min_new_tokens m   l[v] = -inf for every stop token v while t < m
     repetition r       l[v] = l[v] * r if l[v] < 0 else l[v] / r, for every v with c[v] > 0
 
-The steps do not commute (repetition scales what the additive steps left), so they run in the order the caller
-gives: SGLang's non-overlapped decode applies its penalizers in the order of its orchestrator's dict, which the
-served path reads from SGLang (integration/verify_penalties.py). Then logit_bias is added: SGLang adds it after the
+The steps do not commute (repetition scales what the additive steps left), so they run in one order, PENALTIES.
+Then logit_bias is added: SGLang adds it after the
 grammar mask, which only writes -inf, so the order against the mask is moot.
 
 A verify window of width W holds the anchor (the last committed token) and the drafts d_1..d_{W-1}. Its row j
@@ -25,11 +24,13 @@ and EAGLE workers do) is not: a token drafted at position 1 goes unpenalised at 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 
-PENALTIES = ("frequency", "presence", "min_new_tokens", "repetition")  # additive first: SGLang's overlapped order
+# The order penalties apply in: the additive ones, then the scaling (SGLang's overlapped decode's order; the plugin
+# makes its non-overlapped decode keep it too: integration/verify_penalties.py).
+PENALTIES = ("frequency", "min_new_tokens", "presence", "repetition")
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,9 @@ def window_counts(history_counts: torch.Tensor, drafts: torch.Tensor) -> torch.T
 
 
 def apply_window_penalties(logits: torch.Tensor, history_counts: torch.Tensor, drafts: torch.Tensor,
-                           output_lens: torch.Tensor, penalties: WindowPenalties,
-                           order: Sequence[str] = PENALTIES) -> None:
-    """Penalise a verify window's logits in place, one penalty after another in `order` (module docstring), then
-    add the logit_bias.
+                           output_lens: torch.Tensor, penalties: WindowPenalties) -> None:
+    """Penalise a verify window's logits in place, one penalty after another in PENALTIES' order (module
+    docstring), then add the logit_bias.
 
     logits: [R, W, V] float; history_counts: [R, V] float32; drafts: [R, W-1] long; output_lens: [R] long, the
     committed output tokens n of each request.
@@ -72,11 +72,9 @@ def apply_window_penalties(logits: torch.Tensor, history_counts: torch.Tensor, d
     if drafts.shape != (rows, width - 1) or history_counts.shape != (rows, vocab) or output_lens.shape != (rows,):
         raise ValueError(f"window of {tuple(logits.shape)} logits: drafts {tuple(drafts.shape)}, history counts "
                          f"{tuple(history_counts.shape)} and output lengths {tuple(output_lens.shape)} do not fit")
-    if sorted(order) != sorted(PENALTIES):
-        raise ValueError(f"order must name each of {PENALTIES} once, got {tuple(order)}")
     counts = window_counts(history_counts, drafts)  # [R, W, V]
     seen = counts > 0
-    for penalty in order:
+    for penalty in PENALTIES:
         if penalty == "frequency":
             logits.sub_((penalties.frequency[:, None, None] * counts).to(logits.dtype))
         elif penalty == "presence":

@@ -1,6 +1,6 @@
 """A verify window's penalties equal SGLang's own penalizers stepped through the same tokens one decode at a time
-(frequency, presence, repetition, min_new_tokens, logit_bias), row by row, in both orders SGLang applies them: its
-orchestrator's (a non-overlapped decode) and additive-then-scaling (an overlapped one)."""
+(frequency, presence, repetition, min_new_tokens, logit_bias), row by row: applied one by one in PENALTIES' order (a
+non-overlapped decode with dspark's plugin) and from their accumulated buffers (an overlapped decode)."""
 from types import SimpleNamespace
 
 import pytest
@@ -58,7 +58,8 @@ def sglang_rows(reqs, outputs, chains, logits, logit_bias, overlapped: bool):
                 if scaling is not None:
                     row.copy_(torch.where(row < 0, row * scaling, row / scaling))
             elif orchestrator.is_required:
-                for penalizer in orchestrator.penalizers.values():
+                for penalizer in sorted(orchestrator.penalizers.values(), key=lambda p: PENALTIES.index(
+                        KIND[type(p).__name__])):
                     if penalizer.is_multiplicative and penalizer.is_prepared():  # SGLang's scaling, eagerly
                         scaling = penalizer.get_scaling_penalties()
                         row.copy_(torch.where(row < 0, row * scaling, row / scaling))
@@ -96,24 +97,19 @@ def test_every_row_equals_sglang_penalizers_stepped_one_token_at_a_time(seed, ov
 
     history = torch.stack([torch.bincount(torch.tensor(o, dtype=torch.long), minlength=VOCAB).float()
                            for o in outputs])
-    order = PENALTIES if overlapped else [KIND[type(p).__name__] for p in orchestrator_of(reqs[0]).penalizers.values()]
     actual = logits.clone()
     apply_window_penalties(actual, history, chains[:, 1:], torch.tensor([len(o) for o in outputs]),
-                           penalties_of(reqs, logit_bias), order)
+                           penalties_of(reqs, logit_bias))
     torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6)
 
 
-def test_the_order_matters_when_repetition_meets_an_additive_penalty():
-    reqs = [request(frequency=0.4, presence=0.3, repetition=1.1)]
+def test_repetition_scales_what_the_additive_penalties_left():
     history = torch.zeros(1, VOCAB)
     history[0, 7] = 2
-    results = []
-    for order in (PENALTIES, ("frequency", "repetition", "presence", "min_new_tokens")):
-        logits = torch.full((1, WIDTH, VOCAB), 2.0)
-        apply_window_penalties(logits, history, torch.zeros(1, WIDTH - 1, dtype=torch.long), torch.tensor([2]),
-                               penalties_of(reqs, None), order)
-        results.append(logits[0, 0, 7].item())
-    assert results[0] == pytest.approx((2 - 0.8 - 0.3) / 1.1) and results[1] == pytest.approx((2 - 0.8) / 1.1 - 0.3)
+    logits = torch.full((1, WIDTH, VOCAB), 2.0)
+    apply_window_penalties(logits, history, torch.zeros(1, WIDTH - 1, dtype=torch.long), torch.tensor([2]),
+                           penalties_of([request(frequency=0.4, presence=0.3, repetition=1.1)], None))
+    assert logits[0, 0, 7].item() == pytest.approx((2 - 0.8 - 0.3) / 1.1)  # not (2 - 0.8) / 1.1 - 0.3
 
 
 def test_a_token_drafted_earlier_in_the_window_is_penalised_in_later_rows_only():
@@ -131,13 +127,6 @@ def test_min_new_tokens_holds_stop_tokens_back_until_its_position():
                            torch.tensor([3]), penalties_of(reqs, None))
     # rows score output positions 3..8: EOS is held back at 3 and 4 only
     assert logits[0, :, EOS].tolist() == [float("-inf")] * 2 + [0.0] * 4
-
-
-def test_an_order_that_leaves_a_penalty_out_is_refused():
-    with pytest.raises(ValueError, match="each of"):
-        apply_window_penalties(torch.zeros(1, WIDTH, VOCAB), torch.zeros(1, VOCAB),
-                               torch.zeros(1, WIDTH - 1, dtype=torch.long), torch.tensor([0]),
-                               penalties_of([request()], None), ("frequency", "presence", "repetition"))
 
 
 def test_a_window_that_does_not_fit_is_refused():
