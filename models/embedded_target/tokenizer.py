@@ -13,6 +13,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -71,8 +72,12 @@ def wrap_for_transformers(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
 
 
 def save_tokenizer(tokenizer: Tokenizer, out_dir: Path) -> None:
-    """Write tokenizer.json, tokenizer_config.json (and the chat template) to `out_dir`."""
+    """Write tokenizer.json, tokenizer_config.json (and the chat template) to `out_dir`; tokenizer.json without the
+    indentation transformers writes (2.5x smaller, the same tokenizer: the committed tree is bounded)."""
     wrap_for_transformers(tokenizer).save_pretrained(str(out_dir))
+    path = Path(out_dir) / "tokenizer.json"
+    path.write_text(json.dumps(json.loads(path.read_text(encoding="utf-8")), ensure_ascii=False,
+                               separators=(",", ":")), encoding="utf-8")
 
 
 def encode_documents(tokenizer: Tokenizer, texts: list[str]) -> list[int]:
