@@ -46,6 +46,7 @@ CRASHERS = [  # each of these killed the replica before the gate
 FUZZ_REQUESTS, FUZZ_CLIENTS = 2000, 4
 REFUSED_429 = 'dspark_gate_refused_requests_total{field="max_queued_requests",status="429"}'
 MEMORY_GROWTH_LIMIT = 512 << 20  # bytes the serving processes may grow by over the whole fuzz
+WORKER = "dspark.integration.bounded_worker"
 
 
 def post(url: str, body: bytes, content_type: str = "application/json", timeout_s: float = 120,
@@ -71,9 +72,22 @@ def greedy(url: str, prompt: str, max_new_tokens: int = MAX_NEW_TOKENS) -> list[
     return answer["output_ids"]
 
 
-def serving_rss(server: DsparkServe) -> int:
+def serving_processes(server: DsparkServe, workers: bool) -> list:
+    """The replica's processes: those that serve (workers=False), or the gate's bounded workers (bounded_worker.py:
+    at most one per kind of work, each importing SGLang once, started at first use)."""
     root = psutil.Process(server.process.pid)
-    return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+    found = []
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            if (WORKER in " ".join(process.cmdline())) == workers:
+                found.append(process)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def serving_rss(server: DsparkServe) -> int:
+    return sum(p.memory_info().rss for p in serving_processes(server, workers=False))
 
 
 @pytest.fixture(scope="module")
@@ -282,5 +296,8 @@ def test_two_thousand_malformed_requests_from_four_clients_leave_it_serving(serv
     assert server.process.poll() is None
     assert [greedy(server.url, p) for p in PROMPTS] == [reference[p] for p in PROMPTS]
     growth = serving_rss(server) - rss_before
-    print(f"serving processes grew by {growth / 2 ** 20:.0f} MiB")
+    workers = serving_processes(server, workers=True)
+    print(f"serving processes grew by {growth / 2 ** 20:.0f} MiB; {len(workers)} bounded workers hold "
+          f"{sum(p.memory_info().rss for p in workers) / 2 ** 20:.0f} MiB")
     assert growth < MEMORY_GROWTH_LIMIT
+    assert len(workers) <= 2, "one parser worker and one grammar compiler at most, whatever the fuzz killed"
