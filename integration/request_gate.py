@@ -12,7 +12,8 @@ SGLang's error body and a message naming the field, the bound and the value:
     400  the body is not a JSON object, holds NaN or Infinity, or a value is out of its bound: logprobs,
          n / best_of, max tokens, token ids, a prompt of ids longer than the context, more sub-requests
          than max_queued_requests allows at all; a penalty or min_new_tokens while DSpark runs under overlap
-         scheduling (it could not be applied exactly: verify_penalties.py)
+         scheduling (it could not be applied exactly: verify_penalties.py); a seed for a sampled request on a
+         DSpark server (the seeded sample is --no-spec's alone)
     429  admitting the request would put more than max_queued_requests sub-requests in flight (Retry-After)
     404  a route that starts model work dspark does not gate (routes.py: REFUSED)
     415  the body is not declared `application/json` (SGLang's error handler fails on a body it cannot read)
@@ -108,11 +109,25 @@ class ModelBounds:
     # False while DSpark runs under overlap scheduling: the scheduler appends a round's tokens one round late, so
     # the per-position penalties of a verify window (verify_penalties.py) would read a stale history
     exact_penalties: bool = True
+    # True when the server speculates with DSpark: a seeded sample cannot be the one --no-spec draws (below)
+    speculates: bool = False
 
 
 # What makes each verify position's logits depend on the tokens before it, with the value that turns it off.
 PENALTY_FIELDS = {"frequency_penalty": 0, "presence_penalty": 0, "repetition_penalty": 1, "repeat_penalty": 1,
                   "min_new_tokens": 0, "min_tokens": 0}
+
+
+def check_seed_servable(scope: dict, bounds: ModelBounds) -> None:
+    """A seed fixes which sample --no-spec draws; speculative sampling consumes its randomness differently (drafts,
+    then acceptance), so the same seed cannot give the same answer. Greedy requests ignore the seed."""
+    if not bounds.speculates or number(scope.get("temperature")) == 0:
+        return
+    for field in SEED_FIELDS:
+        if scope.get(field) is not None:
+            raise Refused(400, field, f"{field} cannot be honoured by DSpark speculative sampling (it draws drafts "
+                                      f"and acceptance tests, not the target's one sample); got {shown(scope[field])}"
+                                      ": send temperature 0, or serve seeded requests from a --no-spec server")
 
 
 def check_penalties_servable(scope: dict, bounds: ModelBounds) -> None:
@@ -266,6 +281,7 @@ def check_body(body: Any, limits: RequestLimits, bounds: ModelBounds) -> int:
     for scope in scopes(body):
         check_magnitudes(scope)
         check_penalties_servable(scope, bounds)
+        check_seed_servable(scope, bounds)
         try:
             per_prompt = max(per_prompt, check_scope(scope, limits.max_n, bounds.context, limits.max_grammar_bytes))
         except FieldRefusal as refusal:
@@ -457,9 +473,10 @@ def served_model_bounds() -> ModelBounds:
 
     manager = _global_state.tokenizer_manager
     args = manager.server_args
-    speculates_with_overlap = str(args.speculative_algorithm).upper() == "DSPARK" and not args.disable_overlap_schedule
+    speculates = str(args.speculative_algorithm).upper() == "DSPARK"
+    speculates_with_overlap = speculates and not args.disable_overlap_schedule
     return ModelBounds(vocab=int(manager.model_config.vocab_size), context=int(manager.model_config.context_len),
-                       exact_penalties=not speculates_with_overlap)
+                       exact_penalties=not speculates_with_overlap, speculates=speculates)
 
 
 def _add_middlewares(*args, **kwargs) -> None:

@@ -1,4 +1,5 @@
-"""Penalties are refused by name where DSpark could not apply them exactly (overlap scheduling), and pass
+"""Penalties are refused by name where DSpark could not apply them exactly (overlap scheduling), and so is a seed for a
+sampled request on a DSpark server; both pass
 everywhere else: the gate's check on the body alone (the served path is tests/integration/test_feature_matrix.py)."""
 import pytest
 
@@ -34,3 +35,23 @@ def test_penalties_at_their_off_values_pass_under_overlap_scheduling():
     body = {"text": "x", "sampling_params": {"frequency_penalty": 0, "presence_penalty": 0.0,
                                              "repetition_penalty": 1.0, "min_new_tokens": 0}}
     assert check_body(body, RequestLimits(), OVERLAPPED) == 1
+
+
+SPECULATING = ModelBounds(vocab=4096, context=2048, speculates=True)
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"text": "x", "sampling_params": {"temperature": 1.0, "sampling_seed": 7}}, "sampling_seed"),
+    ({"text": "x", "sampling_params": {"sampling_seed": 7}}, "sampling_seed"),  # SGLang's default temperature is 1
+    ({"prompt": "x", "seed": 7, "temperature": 0.5}, "seed"),
+])
+def test_a_seeded_sampled_request_is_refused_by_name_on_a_dspark_server(body, field):
+    with pytest.raises(Refused) as refusal:
+        check_body(body, RequestLimits(), SPECULATING)
+    assert refusal.value.status == 400 and refusal.value.field == field and "--no-spec" in refusal.value.message
+    assert check_body(body, RequestLimits(), EXACT) >= 1  # the target alone draws the seeded sample
+
+
+def test_a_seed_on_a_greedy_request_is_served():
+    assert check_body({"text": "x", "sampling_params": {"temperature": 0, "sampling_seed": 7}}, RequestLimits(),
+                      SPECULATING) == 1
