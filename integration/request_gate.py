@@ -13,7 +13,7 @@ SGLang's error body and a message naming the field, the bound and the value:
          n / best_of, max tokens, token ids, a prompt of ids longer than the context, more sub-requests
          than max_queued_requests allows at all; a penalty or min_new_tokens while DSpark runs under overlap
          scheduling (it could not be applied exactly: verify_penalties.py); a seed for a sampled request on a
-         DSpark server (the seeded sample is --no-spec's alone)
+         DSpark server with deterministic inference (the seeded sample is --no-spec's alone)
     429  admitting the request would put more than max_queued_requests sub-requests in flight (Retry-After)
     404  a route that starts model work dspark does not gate (routes.py: REFUSED)
     415  the body is not declared `application/json` (SGLang's error handler fails on a body it cannot read)
@@ -109,8 +109,9 @@ class ModelBounds:
     # False while DSpark runs under overlap scheduling: the scheduler appends a round's tokens one round late, so
     # the per-position penalties of a verify window (verify_penalties.py) would read a stale history
     exact_penalties: bool = True
-    # True when the server speculates with DSpark: a seeded sample cannot be the one --no-spec draws (below)
-    speculates: bool = False
+    # True when DSpark serves with --enable-deterministic-inference, where SGLang honours sampling seeds: a seeded
+    # sample cannot be the one --no-spec draws (check_seed_servable); without it SGLang ignores seeds alike
+    seeds_inexact: bool = False
 
 
 # What makes each verify position's logits depend on the tokens before it, with the value that turns it off.
@@ -121,7 +122,7 @@ PENALTY_FIELDS = {"frequency_penalty": 0, "presence_penalty": 0, "repetition_pen
 def check_seed_servable(scope: dict, bounds: ModelBounds) -> None:
     """A seed fixes which sample --no-spec draws; speculative sampling consumes its randomness differently (drafts,
     then acceptance), so the same seed cannot give the same answer. Greedy requests ignore the seed."""
-    if not bounds.speculates or number(scope.get("temperature")) == 0:
+    if not bounds.seeds_inexact or number(scope.get("temperature")) == 0:
         return
     for field in SEED_FIELDS:
         if scope.get(field) is not None:
@@ -474,9 +475,9 @@ def served_model_bounds() -> ModelBounds:
     manager = _global_state.tokenizer_manager
     args = manager.server_args
     speculates = str(args.speculative_algorithm).upper() == "DSPARK"
-    speculates_with_overlap = speculates and not args.disable_overlap_schedule
     return ModelBounds(vocab=int(manager.model_config.vocab_size), context=int(manager.model_config.context_len),
-                       exact_penalties=not speculates_with_overlap, speculates=speculates)
+                       exact_penalties=not (speculates and not args.disable_overlap_schedule),
+                       seeds_inexact=speculates and bool(args.enable_deterministic_inference))
 
 
 def _add_middlewares(*args, **kwargs) -> None:

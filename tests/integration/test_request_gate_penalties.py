@@ -1,5 +1,5 @@
 """Penalties are refused by name where DSpark could not apply them exactly (overlap scheduling), and so is a seed for a
-sampled request on a DSpark server; both pass
+sampled request on a DSpark server that honours seeds; both pass
 everywhere else: the gate's check on the body alone (the served path is tests/integration/test_feature_matrix.py)."""
 import pytest
 
@@ -37,7 +37,7 @@ def test_penalties_at_their_off_values_pass_under_overlap_scheduling():
     assert check_body(body, RequestLimits(), OVERLAPPED) == 1
 
 
-SPECULATING = ModelBounds(vocab=4096, context=2048, speculates=True)
+SPECULATING = ModelBounds(vocab=4096, context=2048, seeds_inexact=True)  # DSpark, --enable-deterministic-inference
 
 
 @pytest.mark.parametrize("body, field", [
