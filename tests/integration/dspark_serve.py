@@ -20,6 +20,8 @@ from tests.server_starts import record_server_start
 
 READY_TIMEOUT_S = 400.0
 GAMMA = 5  # embedded/dspark's block size
+CHUNKED_PREFILL_TOKENS = 256  # below the embedded target's 2048-token context (SGLang's CPU default is 4096), so a
+                              # long prompt prefills in chunks as it would on a GPU replica
 IN_FLIGHT = "dspark_gate_sub_requests_in_flight"
 RESTARTED = "); starting it again"  # what `dspark serve` logs each time it starts SGLang again (not "not starting")
 
@@ -43,7 +45,8 @@ class DsparkServe:
                         "--admin-audit-log", str(self.audit_log), "--admin-update-rate", "100000",
                         "--admin-update-burst", "100000", "--otlp-endpoint", otlp_endpoint,
                         "--otlp-service-name", f"dspark-{folder.name}", *dspark_args, "--",
-                        "--max-running-requests", "8", "--decode-log-interval", "1", *sglang_args]
+                        "--max-running-requests", "8", "--decode-log-interval", "1",
+                        "--chunked-prefill-size", str(CHUNKED_PREFILL_TOKENS), *sglang_args]
         self.env = {**os.environ, "DSPARK_CACHE": str(cache), **(env or {})}
         self.env.pop("TRITON_INTERPRET", None)
         self.process: subprocess.Popen | None = None
