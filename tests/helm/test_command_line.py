@@ -29,6 +29,7 @@ from dspark.models.decoding.settings import names
 
 from tests.helm.chart_tools import CHART, find, serve_settings
 from tests.paths import REPO
+from tests.server_starts import record_server_start
 
 pytestmark = pytest.mark.slow
 READY_TIMEOUT_S = 600.0  # a failure bound for loading on a loaded 2-core machine, not a measurement
@@ -69,6 +70,7 @@ class RenderedServer:
         self.env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         self.env.update({e["name"]: translate(e["value"], paths) for e in self.container["env"]})
         self.log = folder / "serve.log"
+        record_server_start("dspark serve")
         self.process = subprocess.Popen(self.command, env=self.env, cwd=folder, stdout=self.log.open("w"),
                                         stderr=subprocess.STDOUT, start_new_session=True)
 
