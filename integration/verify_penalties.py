@@ -33,6 +33,7 @@ applies them to the window as a whole, not per position.
 from __future__ import annotations
 
 import logging
+
 import torch
 
 from dspark.kernels.window_penalties import PENALTIES, WindowPenalties, apply_window_penalties
@@ -45,8 +46,6 @@ NOOP_CHECK = "sglang.srt.speculative.dspark_components.dspark_worker_v2.verify_l
 
 # The sampling parameters that make a request's verify rows differ from one another, with their "off" values.
 PENALTY_OFF = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0, "min_new_tokens": 0}
-
-
 KIND_OF_PENALIZER = {"BatchedFrequencyPenalizer": "frequency", "BatchedMinNewTokensPenalizer": "min_new_tokens",
                      "BatchedPresencePenalizer": "presence", "BatchedRepetitionPenalizer": "repetition"}
 
@@ -85,17 +84,14 @@ def adjust_window(logits: torch.Tensor, reqs, verify_ids: torch.Tensor, logit_bi
     """Penalise and bias the [bs * W, V] verify logits of the requests that ask for it, in place."""
     bs, width = verify_ids.shape
     vocab = logits.shape[-1]
-    rows = [row for row in range(bs) if penalised(reqs[row].sampling_params)]
-    if not rows:
-        if logit_bias is not None:
-            logits.view(bs, width, vocab).add_(logit_bias[:, None, :].to(logits.dtype))
-        return
     window = logits.view(bs, width, vocab)
-    if logit_bias is not None:  # the unpenalised requests' rows; the penalised ones get theirs after the penalties
-        plain = [row for row in range(bs) if row not in set(rows)]
-        if plain:
-            index = torch.tensor(plain, device=logits.device)
-            window[index] += logit_bias[index.to(logit_bias.device)][:, None, :].to(logits.dtype)
+    rows = [row for row in range(bs) if penalised(reqs[row].sampling_params)]
+    plain = [row for row in range(bs) if row not in rows]
+    if logit_bias is not None and plain:  # the penalised rows get theirs after their penalties
+        index = torch.tensor(plain, device=logits.device)
+        window[index] += logit_bias[index.to(logit_bias.device)][:, None, :].to(logits.dtype)
+    if not rows:
+        return
     device = logits.device
     outputs = [reqs[row].output_ids for row in rows]  # array('q') of the committed output tokens
     history = torch.zeros(len(rows), vocab, dtype=torch.float32)
