@@ -63,6 +63,7 @@ from dspark.integration.scheduler_fields import (FieldRefusal, check_sampling_pa
 from dspark.integration.sessions import SessionGuard
 from dspark.integration.stop_regex import window_clamp
 from dspark.integration.validation_errors import scrub_validation_errors
+from dspark.integration.verify_penalties import PENALTY_OFF
 from dspark.models.errors import ConfigError, clipped, shown
 
 CONTAINERS = ("sampling_params", "options", "parameters", "instances")
@@ -114,9 +115,10 @@ class ModelBounds:
     seeds_inexact: bool = False
 
 
-# What makes each verify position's logits depend on the tokens before it, with the value that turns it off.
-PENALTY_FIELDS = {"frequency_penalty": 0, "presence_penalty": 0, "repetition_penalty": 1, "repeat_penalty": 1,
-                  "min_new_tokens": 0, "min_tokens": 0}
+# What makes each verify position's logits depend on the tokens before it, with the value that turns it off: the
+# sampling parameters verify_penalties.py applies, and Ollama's and OpenAI's names for two of them.
+PENALTY_FIELDS = {**PENALTY_OFF, "repeat_penalty": PENALTY_OFF["repetition_penalty"],
+                  "min_tokens": PENALTY_OFF["min_new_tokens"]}
 
 
 def check_seed_servable(scope: dict, bounds: ModelBounds) -> None:
