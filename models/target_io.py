@@ -14,6 +14,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from dspark.models.errors import CheckpointError
 
+FINGERPRINT_CHUNK_BYTES = 16 << 20
+
 
 def load_target_config(target_dir: Path):
     """The target's HF config and tokenizer (cheap: lets every setting be checked before weights load)."""
@@ -35,11 +37,14 @@ def load_frozen_target(target_dir: Path, device: torch.device) -> torch.nn.Modul
 
 
 def target_fingerprint(target_dir: Path) -> str:
-    """sha256 of the target's weights file(s): part of the data-cache key and the card."""
+    """sha256 of the target's weights file(s): part of the data-cache key and the card (of any model folder: the
+    capture records the drafter's too)."""
     digest = hashlib.sha256()
     files = sorted(Path(target_dir).glob("*.safetensors")) or sorted(Path(target_dir).glob("*.bin"))
     for path in files:
-        digest.update(path.read_bytes())
+        with path.open("rb") as handle:  # in chunks: a shard of a large target is gigabytes
+            while chunk := handle.read(FINGERPRINT_CHUNK_BYTES):
+                digest.update(chunk)
     return digest.hexdigest()
 
 
