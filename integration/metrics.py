@@ -37,6 +37,10 @@ and from SGLang's HTTP process, where the request gate runs (request_gate.py):
     dspark_gate_sub_requests_in_flight              sub-requests (prompts x n) admitted and not yet answered:
                                                     the load that max_queued_requests bounds
     dspark_gate_refused_requests_total{status,field}  requests the gate answered itself (413, 400, 429, 404, 415)
+    dspark_capture_records_total                    served replies the capture wrote (capture.py; --capture)
+    dspark_capture_dropped_records_total{reason}    captured replies not written: queue_full, over_budget,
+                                                    disk_full, write_error, too_large, unsupported,
+                                                    redaction_timeout (capture_writer.py)
 
 The histograms take a whole round at once (`observe_counts`: one bucket increment per distinct value, not one
 observe() per request) so that a round of 256 requests costs a few increments.
@@ -135,6 +139,18 @@ def gate_registry() -> dict:
     }
 
 
+@lru_cache(maxsize=1)
+def capture_registry() -> dict:
+    """The capture's metrics, created once in SGLang's HTTP process (its writer thread counts)."""
+    from prometheus_client import Counter
+
+    return {
+        "written": Counter("dspark_capture_records", "served replies the capture wrote"),
+        "dropped": Counter("dspark_capture_dropped_records", "captured replies the capture did not write, by "
+                           "reason", ["reason"]),
+    }
+
+
 def observe_counts(histogram, values: torch.Tensor) -> None:
     """observe() every value of `values` [n] (integers), with one increment per bucket that gets any.
 
@@ -228,3 +244,14 @@ def observe_gate_refusal(status: int, field: str) -> None:
     """field: Refused.counted_as, one of a fixed set (never a key a client wrote), so the labels stay bounded."""
     if metrics_on():
         gate_registry()["refused"].labels(status=str(status), field=field).inc()
+
+
+def observe_capture_written() -> None:
+    if metrics_on():
+        capture_registry()["written"].inc()
+
+
+def observe_capture_dropped(reason: str, count: int = 1) -> None:
+    """reason: one of capture_writer.REASONS; count 0 lists the label before the first drop."""
+    if metrics_on():
+        capture_registry()["dropped"].labels(reason=reason).inc(count)

@@ -20,6 +20,8 @@ list without `dspark` to run SGLang without it.
                 stay open)
     admin_routes  401 without SGLang's admin key on every admin route, those SGLang's own check misses included
                 (the elastic-EP routes of an included router)
+    capture     with `dspark serve --capture`: sampled replies written as training records, with the finished
+                requests' verify counts noted for them (capture.py; its middleware is added by request_gate)
     strict_requests  OpenAI-compatible requests with an unknown field get 400 instead of running on defaults
     liveness    GET /liveness: 503 when a scheduler's loop stops for the step bound, or it has work and runs no
                 forward for the liveness window; 200 while idle or busy
@@ -31,9 +33,9 @@ list without `dspark` to run SGLang without it.
 """
 from __future__ import annotations
 
-from dspark.integration import (admin, admin_routes, api_keys, cpu, draft_vocab_mask, drafting, flashinfer_verify,
-                                liveness, planner, redaction, request_gate, rounds, startup, strict_requests,
-                                verify_penalties)
+from dspark.integration import (admin, admin_routes, api_keys, capture, cpu, draft_vocab_mask, drafting,
+                                flashinfer_verify, liveness, planner, redaction, request_gate, rounds, startup,
+                                strict_requests, verify_penalties)
 from dspark.integration.scheduler_state import SchedulerState
 
 
@@ -47,6 +49,7 @@ def register() -> None:
     flashinfer_verify.install()
     redaction.install()
     request_gate.install()
+    capture.install()
     admin_routes.install()
     api_keys.install()
     strict_requests.install()

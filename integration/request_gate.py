@@ -36,7 +36,7 @@ never inside free-form parts such as messages, tools or schemas. A number given 
 the number pydantic would make of it.
 
 Installed in SGLang's launcher only (the process that serves HTTP), as launch_server starts, together with the
-drain (drain.py), which stays outermost: a draining server refuses before it reads a body. A launch that would
+capture of served traffic (capture.py), which goes innermost, and the drain (drain.py), which stays outermost: a draining server refuses before it reads a body. A launch that would
 also serve outside that one app (more HTTP workers, SGLang's gRPC or Rust servers) stops when its arguments are
 resolved (`ungated_entry_points`). On /metrics (metrics.py): the sub-requests in flight, and each refusal by
 status and field.
@@ -51,6 +51,7 @@ import multiprocessing
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
+from dspark.integration.capture import add_capture
 from dspark.integration.drain import RefuseWhileDraining
 from dspark.integration.gate_workers import GateWorkers, WorkRefused
 from dspark.integration.http_errors import error_body, respond
@@ -487,6 +488,7 @@ def _add_middlewares(*args, **kwargs) -> None:
 
     classify = RouteClassifier(app)
     limits = RequestLimits.from_env()
+    add_capture(app, classify)  # added first: innermost, it copies only what every check before it let through
     app.add_middleware(SessionGuard, classify=classify, limits=limits)  # inside the gate: it reads capped bodies
     app.add_middleware(RequestGate, classify=classify, limits=limits, model_bounds=served_model_bounds)
     scrub_validation_errors(app)
