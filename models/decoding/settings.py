@@ -70,7 +70,7 @@ class Spec:
     high: Bound = None
     low_open: bool = False
     nullable: bool = False
-    per_position: bool = False  # a list of gamma values, each in the range
+    per_position: bool = False  # a list of gamma values (capture_redact: of patterns), each in the range
 
     def range_text(self) -> str:
         """The range as the docs, the CLI help and the proto print it: '0..gamma', '(0, 1]', 'any of ...'."""

@@ -37,6 +37,9 @@ arguments would fail the same way, so this command exits non-zero at once.
 Request limits (`--max-body-bytes`, `--max-logprobs`, `--max-n`, `--max-queued-requests`, `--max-new-tokens`;
 integration/request_limits.py) bound every request to a route that starts model work (integration/request_gate.py).
 
+Capture (`--capture DIR`, off by default; integration/capture.py): each sampled served reply written to DIR as a
+`dspark regenerate` record, with its sampling settings, the models' fingerprints and its live acceptance.
+
 Metrics are on (SGLang's `--enable-metrics`: SGLang's and dspark's families on /metrics) unless --no-metrics.
 
 Liveness: `GET /liveness` answers 503 once a scheduler has not run its loop for --liveness-step-bound seconds
@@ -56,6 +59,7 @@ import sys
 import threading
 import time
 import urllib.request
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -64,6 +68,7 @@ import torch
 
 from dspark.integration.addresses import http_url
 from dspark.integration.api_keys import API_KEYS_ENV, check_keys, write_keys
+from dspark.integration.capture_settings import CaptureSettings, checked_folder
 from dspark.integration.liveness import Liveness
 from dspark.integration.metrics import RESTARTS_ENV
 from dspark.integration.request_limits import RequestLimits
@@ -129,6 +134,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              f"before this command gives up and exits non-zero (default {MAX_RESTARTS}; 0: never)")
     add_settings_args(parser, "request limits (integration/request_limits.py)", schema=RequestLimits)
     add_settings_args(parser, "liveness: GET /liveness (integration/liveness.py)", schema=Liveness)
+    add_settings_args(parser, "capture of served traffic, off without --capture (integration/capture_settings.py; "
+                      "docs/traffic-loop.md)", schema=CaptureSettings)
     add_settings_args(parser, "runtime state (initial values; live-tunable through /set_internal_state)")
     server.add_argument("--http-admin-key-file", type=Path, default=None,
                         help="SGLang's --admin-api-key, which /set_internal_state and SGLang's other admin endpoints "
@@ -203,7 +210,8 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str],
     if not 0 <= args.drain_timeout <= MAX_DRAIN_TIMEOUT_S:
         raise ConfigError(f"--drain-timeout must be in [0, {MAX_DRAIN_TIMEOUT_S:g}] seconds, got "
                           f"{args.drain_timeout:g}")
-    env = {**values_from_args(args, RequestLimits).to_env(), **values_from_args(args, Liveness).to_env()}
+    env = {**values_from_args(args, RequestLimits).to_env(), **values_from_args(args, Liveness).to_env(),
+           **capture_settings(args).to_env()}
     if args.drafter is not None:
         drafter = read_drafter_config(args.drafter, target_config)
         # Checked whole now; without a table, causal/lagged get the one the plugin profiles at engine start.
@@ -227,6 +235,14 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str],
     extra += ["--config", str(secrets_dir(args) / "sglang-secrets.yaml")]
     passthrough = args.sglang_args[1:] if args.sglang_args[:1] == ["--"] else args.sglang_args
     return launch_command(args.target, args.host, args.port, extra + passthrough), env, cpu
+
+
+def capture_settings(args: argparse.Namespace) -> CaptureSettings:
+    """The capture's settings, its folder checked (made when missing) and absolute: SGLang runs elsewhere."""
+    settings = values_from_args(args, CaptureSettings)
+    if settings.capture is None:
+        return settings
+    return replace(settings, capture=str(checked_folder(settings.capture)))
 
 
 def local_url(args: argparse.Namespace) -> str:

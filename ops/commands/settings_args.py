@@ -38,13 +38,17 @@ def add_settings_args(parser: argparse.ArgumentParser, title: str = TITLE, defau
             options["choices"] = spec.choices
         if spec.per_position:
             options.update(nargs="+", metavar="T")
+        if spec.per_position and spec.kind is str:  # a list of strings (capture_redact): the flag also repeats
+            options.update(action="extend", metavar="VALUE")
         options["type"] = nullable(spec.kind, spec.nullable)
         group.add_argument(flag(f.name), dest=f.name, **options)
 
 
 def values_from_args(args: argparse.Namespace, schema: type):
-    """The `schema` instance the flags of `add_settings_args(..., schema=schema)` ask for, validated."""
-    return schema(**{f.name: getattr(args, f.name) for f in fields(schema)})
+    """The `schema` instance the flags of `add_settings_args(..., schema=schema)` ask for, validated (lists as
+    tuples: the instances are frozen)."""
+    values = {f.name: getattr(args, f.name) for f in fields(schema)}
+    return schema(**{name: tuple(v) if isinstance(v, list) else v for name, v in values.items()})
 
 
 def add_settings_patch_args(parser: argparse.ArgumentParser, title: str) -> None:
