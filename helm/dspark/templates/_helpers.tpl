@@ -128,14 +128,17 @@ rollingUpdate.maxSurge={{ $v.rollingUpdate.maxSurge }} (a surge pod beside the o
 {{- mul (regexReplaceAll "[^0-9]" . "" | int64) (get (dict "Mi" 1 "Gi" 1024 "Ti" 1048576) (regexReplaceAll "^[0-9]+" . "")) -}}
 {{- end -}}
 
-{{/* The ephemeral storage a pod's emptyDirs may fill (dict: root, hubCache = the hub cache is an emptyDir here),
-     as the serving (or profiling) container requests it: the three scratch volumes, and the hub cache, each up
-     to its sizeLimit. So the scheduler places the pod on a node with that much disk free. */}}
+{{/* The ephemeral storage a pod's emptyDirs may fill (dict: root, hubCache = the hub cache is an emptyDir here,
+     capture = the pod captures traffic), as the serving (or profiling) container requests it: the three scratch
+     volumes, the hub cache and the capture emptyDir, each up to its sizeLimit. So the scheduler places the pod on a node with that much disk free. */}}
 {{- define "dspark.ephemeralStorage" -}}
 {{- $v := .root.Values -}}
 {{- $mib := mul 3 (include "dspark.mebibytes" $v.scratchSize | int64) -}}
 {{- if .hubCache -}}
 {{- $mib = add $mib (include "dspark.mebibytes" $v.hub.cache.size | int64) -}}
+{{- end -}}
+{{- if and .capture $v.capture.enabled (not $v.capture.volume.existingClaim) -}}
+{{- $mib = add $mib (include "dspark.mebibytes" $v.capture.volume.sizeLimit | int64) -}}
 {{- end -}}
 {{ $mib }}Mi
 {{- end -}}
@@ -229,6 +232,12 @@ the flag's own default, which is the schema's). */}}
 {{- end }}
 {{- end -}}
 
+{{/* Where the capture volume is mounted (capture.*): `dspark serve --capture` writes to its folder `records`, made
+     by the pod's user (an emptyDir's or a claim's root is not that user's own). */}}
+{{- define "dspark.captureMount" -}}
+/var/lib/dspark/capture
+{{- end -}}
+
 {{/* The serving container's arguments to `dspark serve`; .worker: an LWS worker (no admin sidecar). */}}
 {{- define "dspark.serveArgs" -}}
 {{- $root := .root -}}
@@ -247,6 +256,11 @@ the flag's own default, which is the schema's). */}}
 - {{ max 1 (sub (sub (int (include "dspark.gracePeriod" $root)) (int $v.scheduling.preStopSleepSeconds)) 10) | quote }}
 {{- include "dspark.settingsArgs" $v.requestLimits }}
 {{- include "dspark.settingsArgs" $v.liveness }}
+{{- if and $v.capture.enabled (not .worker) }}
+- --capture
+- {{ include "dspark.captureMount" $root }}/records
+{{- include "dspark.settingsArgs" (omit $v.capture "enabled" "volume") }}
+{{- end }}
 {{- include "dspark.settingsArgs" $v.settings }}
 {{- if not $v.monitoring.metrics }}
 {{- if or (ne $v.monitoring.kind "none") (ne $v.autoscaling.kind "none") }}

@@ -77,7 +77,7 @@ containers:
       failureThreshold: {{ $v.probes.liveness.failureThreshold }}
     {{- end }}
     {{- $hubDir := and (include "dspark.hubRoles" (dict "root" $root "roles" (list "target" "drafter"))) (eq (include "dspark.hubCacheVolume" $root) "emptyDir") }}
-    {{- with include "dspark.resources" (dict "root" $root "resources" $v.resources "gpu" true "ephemeral" (include "dspark.ephemeralStorage" (dict "root" $root "hubCache" $hubDir))) }}
+    {{- with include "dspark.resources" (dict "root" $root "resources" $v.resources "gpu" true "ephemeral" (include "dspark.ephemeralStorage" (dict "root" $root "hubCache" $hubDir "capture" (not .worker)))) }}
     resources:
       {{- . | nindent 6 }}
     {{- end }}
@@ -108,6 +108,9 @@ containers:
       {{- if and $v.http.apiKey.enabled (not .worker) }}
       - {name: api-keys, mountPath: /etc/dspark/api-keys, readOnly: true}
       {{- end }}
+      {{- if and $v.capture.enabled (not .worker) }}
+      - {name: capture, mountPath: {{ include "dspark.captureMount" $root }}}
+      {{- end }}
       {{- if and $v.admin.enabled (not .worker) }}
       - {name: admin-tokens, mountPath: /etc/dspark/admin-tokens, readOnly: true}
       {{- if $v.admin.tls.secretName }}
@@ -137,6 +140,15 @@ volumes:
     secret:
       secretName: {{ include "dspark.apiKeysSecret" $root }}
       defaultMode: 0440
+  {{- end }}
+  {{- if and $v.capture.enabled (not .worker) }}
+  # captured traffic (capture.*): an existing claim, or an emptyDir gone with the pod
+  - name: capture
+    {{- if $v.capture.volume.existingClaim }}
+    persistentVolumeClaim: {claimName: {{ $v.capture.volume.existingClaim | quote }}}
+    {{- else }}
+    emptyDir: {sizeLimit: {{ $v.capture.volume.sizeLimit }}}
+    {{- end }}
   {{- end }}
   {{- if and $v.admin.enabled (not .worker) }}
   - name: admin-tokens
