@@ -21,8 +21,10 @@ def no_triton_interpreter_for_servers(monkeypatch):
 @pytest.fixture(scope="session")
 def dspark_server(tmp_path_factory) -> Iterator[DsparkServe]:
     """`dspark serve` of the embedded target + DSpark with DsparkServe's defaults: policy fixed, drafting always,
-    the admin sidecar, metrics on."""
-    yield from DsparkServe.alone(tmp_path_factory.mktemp("dspark-server")).serving()
+    the admin sidecar, metrics on; every reply captured to <folder>/capture (test_capture_served.py)."""
+    folder = tmp_path_factory.mktemp("dspark-server")
+    capture = ("--capture", str(folder / "capture"), "--capture-rate", "1.0", "--capture-redact", r"secret-\d{4}")
+    yield from DsparkServe.alone(folder, dspark_args=capture).serving()
 
 
 @pytest.fixture
