@@ -18,6 +18,7 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
 
+from tests.paths import REPO  # noqa: E402
 from tests.server_starts import STARTS_ENV, server_starts  # noqa: E402
 
 TINY_TARGET_CONFIG = dict(vocab_size=64, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
@@ -31,6 +32,13 @@ def tiny_target() -> Qwen3ForCausalLM:
     torch.set_num_threads(min(2, torch.get_num_threads()))
     torch.manual_seed(0)
     return Qwen3ForCausalLM(Qwen3Config(**TINY_TARGET_CONFIG)).eval()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The chart's tests run last: on a fresh machine `make test` builds their API server beside the rest of the run
+    (Makefile), so by the time they start it is there, or they wait for it. Otherwise in collection order."""
+    helm = REPO / "tests" / "helm"
+    items.sort(key=lambda item: item.path.is_relative_to(helm))
 
 
 def starts_file(config) -> Path:
