@@ -10,7 +10,7 @@ Under tensor parallelism a fault on one rank alone cannot be retried this way (t
 the step's collectives); the injected faults below hit every rank at the same step.
 
 Test-only switch: with DSPARK_TEST_DRAFT_FAULT_EVERY=N every N-th draft step raises `InjectedDraftFault`
-before the drafter runs (tests/integration/test_draft_faults.py).
+before the drafter runs (tests/integration/test_api_keys_draft_faults_and_drain.py).
 """
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ import pytest
 
 from dspark.ops.admin.convert import message_to_settings
 
-from tests.integration.dspark_serve import DsparkServe
+from tests.integration.dspark_serve import (MAX_QUEUED_REQUESTS, MAX_SESSION_ID_CHARS, MAX_SESSIONS,
+                                            SESSION_LIFETIME_S, DsparkServe)
 
 
 @pytest.fixture(autouse=True)
@@ -46,3 +47,14 @@ def dspark_server_restored(dspark_server) -> Iterator[DsparkServe]:
 def nospec_server(tmp_path_factory) -> Iterator[DsparkServe]:
     """The same `dspark serve` CPU recipe with --no-spec: the embedded target alone, to compare against."""
     yield from DsparkServe.alone(tmp_path_factory.mktemp("nospec-server"), no_spec=True).serving()
+
+
+@pytest.fixture(scope="session")
+def gate_limits_server(tmp_path_factory) -> Iterator[DsparkServe]:
+    """dspark_server's `dspark serve` with request limits a test can reach: MAX_QUEUED_REQUESTS sub-requests in flight,
+    MAX_SESSIONS sessions of ids up to MAX_SESSION_ID_CHARS characters, each closed SESSION_LIFETIME_S after it
+    opened (tests/integration/test_request_gate.py and test_sessions.py)."""
+    yield from DsparkServe.alone(tmp_path_factory.mktemp("gate-limits-server"), dspark_args=(
+        "--max-queued-requests", str(MAX_QUEUED_REQUESTS), "--max-sessions", str(MAX_SESSIONS),
+        "--max-session-id-chars", str(MAX_SESSION_ID_CHARS),
+        "--max-session-lifetime-s", str(SESSION_LIFETIME_S))).serving()

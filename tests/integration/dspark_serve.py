@@ -2,6 +2,7 @@
 started for a test."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,21 +24,23 @@ GAMMA = 5  # embedded/dspark's block size
 CHUNKED_PREFILL_TOKENS = 256  # below the embedded target's 2048-token context (SGLang's CPU default is 4096), so a
                               # long prompt prefills in chunks as it would on a GPU replica
 IN_FLIGHT = "dspark_gate_sub_requests_in_flight"
+# The request limits of the shared gate_limits_server (tests/integration/conftest.py): small enough for a test to reach
+MAX_QUEUED_REQUESTS, MAX_SESSIONS, MAX_SESSION_ID_CHARS, SESSION_LIFETIME_S = 16, 4, 40, 20.0
 RESTARTED = "); starting it again"  # what `dspark serve` logs each time it starts SGLang again (not "not starting")
 
 
 class DsparkServe:
-    """`dspark serve` of the embedded target + DSpark (or, no_spec, the target alone) with the admin API, in its own
-    process group."""
+    """`dspark serve` of the embedded target + DSpark with `drafter` (or, no_spec, the target alone) with the admin API,
+    in its own process group."""
 
     def __init__(self, folder: Path, cache: Path, admin_token: Path, reader_token: Path, otlp_endpoint: str,
                  *sglang_args: str, dspark_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                 no_spec: bool = False):
+                 no_spec: bool = False, drafter: Path = EMBEDDED / "dspark"):
         self.folder, self.cache, self.port, self.admin_port = folder, cache, free_port(), free_port()
         self.url, self.admin_address = f"http://127.0.0.1:{self.port}", f"127.0.0.1:{self.admin_port}"
         self.audit_log, self.log = folder / "audit.jsonl", folder / "serve.log"
         self.admin_token, self.reader_token, self.no_spec = admin_token, reader_token, no_spec
-        speculation = ["--no-spec"] if no_spec else ["--drafter", str(EMBEDDED / "dspark"), "--policy", "fixed",
+        speculation = ["--no-spec"] if no_spec else ["--drafter", str(drafter), "--policy", "fixed",
                                                      "--drafting", "always"]
         self.command = [sys.executable, "-m", "dspark.ops.cli", "serve", "--target", str(EMBEDDED_TARGET),
                         *speculation, "--device", "cpu", "--port", str(self.port), "--admin-port", str(self.admin_port),
@@ -54,7 +57,8 @@ class DsparkServe:
 
     @classmethod
     def alone(cls, folder: Path, dspark_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-              sglang_args: tuple[str, ...] = (), no_spec: bool = False) -> "DsparkServe":
+              sglang_args: tuple[str, ...] = (), no_spec: bool = False,
+              drafter: Path = EMBEDDED / "dspark") -> "DsparkServe":
         """A replica of its own under `folder`: its cache, an admin and a reader token file, no tracing; metrics on
         (`dspark serve`'s default)."""
         tokens = folder / "tokens"
@@ -63,7 +67,7 @@ class DsparkServe:
             (tokens / name).write_text(f"{name}-token-of-a-test-replica\n")
         (folder / "replica").mkdir()
         return cls(folder / "replica", folder / "cache", tokens / "ops", tokens / "reader", "", *sglang_args,
-                   dspark_args=dspark_args, env=env, no_spec=no_spec)
+                   dspark_args=dspark_args, env=env, no_spec=no_spec, drafter=drafter)
 
     def start(self) -> "DsparkServe":
         record_server_start("dspark serve")
@@ -124,6 +128,18 @@ class DsparkServe:
 
     def post(self, path: str, payload: dict, timeout_s: float = 120) -> dict:
         return SGLangServer.post(self, path, payload, timeout_s)
+
+    def post_as_admin(self, path: str, payload: dict, timeout_s: float = 120):
+        """POST to one of SGLang's admin routes with its admin key (`dspark serve` gave SGLang the first admin token
+        as that key); an HTTPError for a refusal, as `post`."""
+        request = urllib.request.Request(self.url + path, data=json.dumps(payload).encode(), headers={
+            "Content-Type": "application/json", "Authorization": f"Bearer {self.admin_token.read_text().strip()}"})
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return json.loads(response.read())
+
+    def set_state(self, changes: dict) -> list:
+        """Change the live runtime state over SGLang's own route: one answer per scheduler, [True] when applied."""
+        return self.post_as_admin("/set_internal_state", {"server_args": {"dspark": changes}})
 
     def serving(self) -> Iterator["DsparkServe"]:
         """Started and ready until the generator is closed, then stopped (a fixture's body: `yield from`)."""

@@ -1,4 +1,5 @@
-"""The request gate on the real server: `dspark serve` of the embedded target with DSpark, the plugin loaded.
+"""The request gate on the real server: `dspark serve` of the embedded target with DSpark, the plugin loaded (the
+session's gate_limits_server, tests/integration/conftest.py).
 
 The five requests that killed a replica before the gate each get a 4xx and the server keeps serving the same
 greedy answers; oversized bodies get 413 before they are parsed, `n: 100000` and more sub-requests than the
@@ -24,15 +25,18 @@ import pytest
 from dspark.integration.request_gate import ModelBounds, Refused, check_body, parse
 from dspark.integration.request_limits import RequestLimits
 from dspark.integration.routes import RouteClassifier, RouteKind
+from dspark.integration.server import cpu_server_args
 
-from tests.integration.dspark_serve import DsparkServe, target_greedy_answers
+from tests.integration.dspark_serve import MAX_QUEUED_REQUESTS, DsparkServe, target_greedy_answers
 from tests.integration.http_fuzz import VALID, fuzz_request
+from tests.integration.sglang_resolve import resolve_launch
+from tests.paths import EMBEDDED_TARGET
 
 pytestmark = pytest.mark.slow
 
 PROMPTS = ["def fibonacci(n):", "import json\n\n\ndef load("]
 MAX_NEW_TOKENS = 16
-MAX_QUEUED = 16
+MAX_QUEUED = MAX_QUEUED_REQUESTS
 CRASHERS = [  # each of these killed the replica before the gate
     ("/v1/completions", {"model": "default", "prompt": "def f(", "max_tokens": 4, "logprobs": 1000000}),
     ("/v1/chat/completions", {"model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
@@ -96,14 +100,8 @@ def reference():
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    replica = DsparkServe.alone(tmp_path_factory.mktemp("gate"))
-    at = replica.command.index("--")
-    replica.command[at:at] = ["--max-queued-requests", str(MAX_QUEUED)]
-    replica.start()
-    replica.wait_ready()
-    yield replica
-    replica.stop()
+def server(gate_limits_server):
+    return gate_limits_server
 
 
 # ------------------------------------------------------------------ the rules, without a server
@@ -202,21 +200,17 @@ def test_the_route_cache_is_each_classifier_s_own_and_random_paths_cannot_grow_i
 
 # ---------------------------------------------------------------- the real server
 
-def test_a_launch_that_would_serve_past_the_gate_stops_naming_each_setting_and_is_not_retried(tmp_path):
-    """One `dspark serve` with all of them (a launch costs about 11 s here): the refusal names each, and since the
-    same arguments would fail again, SGLang is not started a second time."""
-    flags = ("--tokenizer-worker-num", "2",  # one logprobs: 1000000 crashed the scheduler through a second worker
-             "--grpc-port", "50099", "--grpc-mode")
-    server = DsparkServe.alone(tmp_path, sglang_args=flags, env={"SGLANG_RUST_SERVER": "1"}).start()
-    try:
-        assert server.process.wait(timeout=300) != 0
-    finally:
-        server.stop()
-    log = server.log.read_text()
+def test_a_launch_that_would_serve_past_the_gate_stops_naming_each_setting():
+    """All of them in one launch, refused where SGLang resolves its arguments, before it starts anything (a first
+    start-up that fails is not retried by `dspark serve`: tests/helm/test_lws_rendezvous.py)."""
+    flags = ["--tokenizer-worker-num", "2",  # one logprobs: 1000000 crashed the scheduler through a second worker
+             "--grpc-port", "50099", "--grpc-mode"]
+    refusal = resolve_launch(["--model-path", str(EMBEDDED_TARGET), *cpu_server_args(), *flags],
+                             {"SGLANG_RUST_SERVER": "1"})
     for named in ("--tokenizer-worker-num must be 1, got 2", "--grpc-port must be left unset, got 50099",
                   "--grpc-mode / --smg-grpc-mode must be off", "SGLANG_RUST_SERVER must be unset"):
-        assert named in log
-    assert "before its first start-up finished" in log and "starting it again in" not in log, log[-3000:]
+        assert named in refusal
+    assert resolve_launch(["--model-path", str(EMBEDDED_TARGET), *cpu_server_args()]) == ""
 
 
 def refused_400(field: str) -> str:

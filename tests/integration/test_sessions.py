@@ -1,6 +1,7 @@
 """Sessions bounded in number, id length and lifetime, and closed only by whoever opened them or the admin (issue 61,
 finding 5: 2,000 sessions with 1 KB ids, 20 MB ids, sessions that never expire, and anyone closing anyone's session),
-on a real `dspark serve` of its own with small session limits (these tests fill its sessions)."""
+on a real `dspark serve` with small session limits: the session's gate_limits_server (tests/integration/conftest.py;
+these tests fill its sessions: nothing else there opens one)."""
 from __future__ import annotations
 
 import json
@@ -11,16 +12,13 @@ import urllib.request
 
 import pytest
 
-from tests.integration.dspark_serve import DsparkServe
-
-MAX_SESSIONS, MAX_ID_CHARS, LIFETIME_S = 4, 40, 20.0
+from tests.integration.dspark_serve import MAX_SESSION_ID_CHARS as MAX_ID_CHARS, MAX_SESSIONS
+from tests.integration.dspark_serve import SESSION_LIFETIME_S as LIFETIME_S
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    yield from DsparkServe.alone(tmp_path_factory.mktemp("sessions"), dspark_args=(
-        "--max-sessions", str(MAX_SESSIONS), "--max-session-id-chars", str(MAX_ID_CHARS),
-        "--max-session-lifetime-s", str(LIFETIME_S))).serving()
+def server(gate_limits_server):
+    return gate_limits_server
 
 
 def post(url: str, path: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, Message, bytes]:

@@ -1,30 +1,28 @@
 """SGLang's own DSPARK speculative decoding, served on CPU with dspark's plugin: the whole path for real.
 
-One real `sglang.launch_server` (the flags `dspark serve` passes: CPU recipe, DSPARK with the embedded
-drafter, ragged verify, dspark's runtime state) serves the embedded target. No SPS table is given, so the
-plugin profiles one at engine start into a scratch DSPARK_CACHE. The tests check the served text against
-transformers' greedy decoding of the target alone, τ > 1 in SGLang's own accounting, live policy changes
-seen in SGLang's Prometheus metrics and in /get_server_info, a rejected update that changes nothing, and
-a burst of concurrent requests. A second launch with a drafter for another target must stop before serving; a
-third, with a draft vocabulary, drafts only its tokens.
+The session's shared `dspark serve` (tests/integration/conftest.py: SGLang's launcher with the CPU recipe, DSPARK with
+the embedded drafter, ragged verify, dspark's runtime state) serves the embedded target; each test starts from the
+causal policy without calibration probes and sets the server's state back when it ends. No SPS table was given, so
+the plugin profiled one at engine start into the server's DSPARK_CACHE. The tests check the served text against
+transformers' greedy decoding of the target alone, τ > 1 in SGLang's own accounting, live policy changes seen in
+SGLang's Prometheus metrics and in /get_server_info, a rejected update that changes nothing, and a burst of concurrent
+requests. A launch with a drafter for another target stops before serving (tested where SGLang resolves its
+arguments, without a launch). A draft vocabulary: tests/integration/test_api_keys_draft_faults_and_drain.py.
 """
 from __future__ import annotations
 
 import json
-import shutil
 import urllib.error
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import torch
 
-from dspark.integration.server import SGLangServer, cpu_server_args, dspark_args, dspark_env
-from dspark.models.drafters.draft_vocab import save_draft_vocab
+from dspark.integration.server import cpu_server_args, dspark_args, dspark_env
 
 from tests.integration.exposition import scrape, values_of
 from tests.integration.hf_reference import chat_prompt, hf_greedy
+from tests.integration.sglang_resolve import resolve_launch
 from tests.paths import EMBEDDED, EMBEDDED_TARGET
-from tests.server_starts import record_server_start
 
 PROMPTS = [
     "def __init__(self",
@@ -35,28 +33,19 @@ PROMPTS = [
 CHAT_MESSAGE = "Write a function that reverses a list."
 MAX_NEW_TOKENS = 32
 GAMMA = 5  # embedded/dspark's block size
-VOCAB_SIZE = 4096  # embedded/target's
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def sps_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("dspark-cache")
+# no calibration probe rounds: these tests check the exact verify budget each policy plans; every round drafts (the
+# embedded drafter costs as much as its target, so the gate would skip most rounds: tested on its own)
+START = {"policy": "causal", "probe_round_ratio": 0.0, "drafting": "always"}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, sps_cache):
-    log = tmp_path_factory.mktemp("sglang") / "server.log"
-    extra = cpu_server_args() + dspark_args(EMBEDDED / "dspark", cpu=True) + [
-        "--enable-metrics", "--decode-log-interval", "1", "--max-running-requests", "16"]
-    # no calibration probe rounds: these tests check the exact verify budget each policy plans; every round drafts
-    # (the embedded drafter costs as much as its target, so the gate would skip most rounds: tested on its own)
-    env = {**dspark_env({"policy": "causal", "probe_round_ratio": 0.0, "drafting": "always"}),
-           "DSPARK_CACHE": str(sps_cache)}
-    record_server_start("sglang.launch_server")
-    with SGLangServer(EMBEDDED_TARGET, extra_args=extra, env=env, log_path=log) as running:
-        yield running
+@pytest.fixture
+def server(dspark_server_restored):
+    assert dspark_server_restored.set_state(START) == [True]
+    return dspark_server_restored
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +60,7 @@ def greedy(server, prompts, **params):
 
 
 def set_state(server, changes: dict) -> list:
-    return server.post("/set_internal_state", {"server_args": {"dspark": changes}})
+    return server.set_state(changes)
 
 
 def refused_state(server, changes: dict) -> str:
@@ -94,7 +83,8 @@ def metric(server, name: str) -> float:
     return values[-1]
 
 
-def test_without_a_table_the_schedulers_measure_one_with_sglangs_forward_for_the_planner(server, sps_cache):
+def test_without_a_table_the_schedulers_measure_one_with_sglangs_forward_for_the_planner(server):
+    sps_cache = server.cache
     tables = list((sps_cache / "sps" / "sglang").glob("target-*.json"))  # keyed by model, device, dtype, TP, backend
     assert len(tables) == 1 and not list((sps_cache / "sps").glob("*.json"))  # nothing profiled in the launcher
     info = dspark_info(server)
@@ -183,27 +173,24 @@ def test_the_drafting_gate_skips_the_drafter_and_serves_target_greedy(server, re
     def skipped() -> float:
         return metric(server, "dspark_draft_skipped_rounds_total")
 
-    try:
-        assert set_state(server, {"policy": "fixed", "drafting": "never"}) == [True]
-        before = skipped()
-        responses = server.post("/generate", {"text": PROMPTS, "sampling_params": {
-            "max_new_tokens": MAX_NEW_TOKENS, "temperature": 0}})
-        assert [r["output_ids"] for r in responses] == [reference[p][0] for p in PROMPTS]
-        # fixed verifies every draft, yet no round verified one: each token came from its own target forward
-        assert all(r["meta_info"]["completion_tokens"] <= r["meta_info"]["spec_verify_ct"] + 1 for r in responses)
-        assert dspark_info(server)["mean_verify_budget"] == 0.0
-        rounds = max(r["meta_info"]["spec_verify_ct"] for r in responses)
-        assert skipped() - before >= rounds  # every decode round of the batch skipped the drafter
-        assert set_state(server, {"drafting": "auto"}) == [True]
-        before = skipped()
-        assert greedy(server, PROMPTS) == [reference[p][0] for p in PROMPTS]
-        assert skipped() > before  # the gate measures a plain round before it decides (and here skips the most)
-    finally:
-        set_state(server, {"policy": "causal", "drafting": "always"})
+    assert set_state(server, {"policy": "fixed", "drafting": "never"}) == [True]
+    before = skipped()
+    responses = server.post("/generate", {"text": PROMPTS, "sampling_params": {
+        "max_new_tokens": MAX_NEW_TOKENS, "temperature": 0}})
+    assert [r["output_ids"] for r in responses] == [reference[p][0] for p in PROMPTS]
+    # fixed verifies every draft, yet no round verified one: each token came from its own target forward
+    assert all(r["meta_info"]["completion_tokens"] <= r["meta_info"]["spec_verify_ct"] + 1 for r in responses)
+    assert dspark_info(server)["mean_verify_budget"] == 0.0
+    rounds = max(r["meta_info"]["spec_verify_ct"] for r in responses)
+    assert skipped() - before >= rounds  # every decode round of the batch skipped the drafter
+    assert set_state(server, {"drafting": "auto"}) == [True]
+    before = skipped()
+    assert greedy(server, PROMPTS) == [reference[p][0] for p in PROMPTS]
+    assert skipped() > before  # the gate measures a plain round before it decides (and here skips the most)
 
 
 def test_sglang_keys_still_validate_as_numbers(server):
-    assert server.post("/set_internal_state", {"server_args": {"max_running_requests": "many"}}) == [False]
+    assert server.post_as_admin("/set_internal_state", {"server_args": {"max_running_requests": "many"}}) == [False]
 
 
 def test_sts_temperatures_apply_live(server, reference):
@@ -233,33 +220,11 @@ def test_sampled_requests_complete(server):
                for r in response)
 
 
-def test_a_drafter_for_another_target_stops_the_launch_before_serving(tmp_path):
-    extra = cpu_server_args() + dspark_args(EMBEDDED / "smollm2-dspark-regen", cpu=True)
-    server = SGLangServer(EMBEDDED_TARGET, extra_args=extra, env=dspark_env({"policy": "fixed"}),
-                          log_path=tmp_path / "server.log")
-    record_server_start("sglang.launch_server")
-    with pytest.raises(RuntimeError, match="exited with code") as failure:
-        server.start()
-    assert "does not fit the target: hidden_size is 576, the target's is 256" in str(failure.value)
-
-
-def test_a_draft_vocabulary_bounds_what_sglang_drafts(tmp_path, sps_cache, reference):
-    """The same drafter as `server`'s (which has drafts accepted: τ > 1.2 above), with a draft vocabulary that
-    leaves out every token the target answers these prompts with: no draft can be accepted, so every round
-    commits the target's one token (integration/draft_vocab_mask.py), and the answers stay the target's."""
-    drafter = tmp_path / "drafter"
-    shutil.copytree(EMBEDDED / "dspark", drafter)
-    answered = {token for prompt in PROMPTS for token in reference[prompt][0]}
-    vocab = torch.tensor(sorted(set(range(VOCAB_SIZE)) - answered))
-    save_draft_vocab(drafter, vocab, source="the embedded vocabulary minus the target's answers", counted_tokens=0,
-                     coverage=0.0)
-    extra = cpu_server_args() + dspark_args(drafter, cpu=True)
-    env = {**dspark_env({"policy": "fixed", "probe_round_ratio": 0.0, "drafting": "always"}),
-           "DSPARK_CACHE": str(sps_cache)}
-    record_server_start("sglang.launch_server")
-    with SGLangServer(EMBEDDED_TARGET, extra_args=extra, env=env, log_path=tmp_path / "server.log") as masked:
-        responses = masked.post("/generate", {"text": PROMPTS, "sampling_params": {
-            "max_new_tokens": MAX_NEW_TOKENS, "temperature": 0}})
-    assert [r["output_ids"] for r in responses] == [reference[p][0] for p in PROMPTS]
-    for response in responses:  # the first token comes from the prefill, then one per verify round
-        assert response["meta_info"]["completion_tokens"] == response["meta_info"]["spec_verify_ct"] + 1
+def test_a_drafter_for_another_target_stops_the_launch_before_serving():
+    args = ["--model-path", str(EMBEDDED_TARGET), *cpu_server_args(),
+            *dspark_args(EMBEDDED / "smollm2-dspark-regen", cpu=True)]
+    refusal = resolve_launch(args, dspark_env({"policy": "fixed"}))
+    assert refusal.startswith("CheckpointError") and \
+        "does not fit the target: hidden_size is 576, the target's is 256" in refusal
+    assert resolve_launch(["--model-path", str(EMBEDDED_TARGET), *cpu_server_args(),
+                           *dspark_args(EMBEDDED / "dspark", cpu=True)], dspark_env({"policy": "fixed"})) == ""
