@@ -1,6 +1,6 @@
 """The restart hand-over between the admin sidecar and `dspark serve` (ops/admin/restart.py), the Restart RPC's
 refusals on a real gRPC server with no SGLang behind it, and the rolling restart's one-at-a-time rule. The
-restart itself, under load, runs on the real server in tests/integration/test_restart.py."""
+restart itself, under load, runs on the real server in tests/integration/test_liveness_and_restarts.py."""
 import json
 import signal
 import subprocess
