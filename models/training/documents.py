@@ -1,6 +1,6 @@
 """The documents a training job reads: the corpus's files, or the chat prompts (the built-in generated set and a
-prompts file's first user turns, or a --data file's first user turns) in the target's chat template, each split
-train / held-out by a stable hash."""
+prompts file's first user turns, or the first user turns of --data's conversations) in the target's chat template,
+each split train / held-out by a stable hash."""
 from __future__ import annotations
 
 import hashlib
@@ -12,8 +12,7 @@ from dspark.models.errors import ConfigError
 from dspark.models.portable_paths import portable
 from dspark.models.prompts import read_turns
 from dspark.models.training.chat_prompts import generate_chat_prompts
-from dspark.models.training.conversations import Conversation
-from dspark.models.training.regenerate import read_regenerated
+from dspark.models.training.data_files import data_key, first_user_turns, read_data
 
 BUILTIN_CHAT_PROMPTS = 6000  # size of the generated prompt set when no --prompts-file is given (seed 0)
 
@@ -45,20 +44,12 @@ def chat_prompt_texts(job: "TrainJob", corpus: Corpus) -> tuple[list[str], str]:
     return list(dict.fromkeys(texts)), " and ".join(sources)
 
 
-def file_first_turns(conversations: list[Conversation]) -> list[str]:
-    """The first user turn of each conversation: what splits a --data file train / held-out, and what the
-    held-out check prompts the target with."""
-    return [next(m["content"] for m in c.messages if m["role"] == "user") for c in conversations]
-
-
 def job_documents(job: "TrainJob", tokenizer, corpus: Corpus):
     """(split -> token documents, description of the chat prompts, their data-cache key part) for the job."""
-    if job.data_file is not None:
-        texts = file_first_turns(read_regenerated(job.data_file))
-        with job.data_file.open("rb") as handle:  # in chunks: the file is never held twice in memory
-            key = {"data_file_sha256": hashlib.file_digest(handle, "sha256").hexdigest()}
+    if job.data_path is not None:
+        texts = first_user_turns(read_data(job.data_path))
         return ((lambda split: chat_documents(texts, tokenizer, corpus.held_out_percent, split)),
-                f"regenerated conversations of {portable(job.data_file)}", key)
+                f"regenerated conversations of {portable(job.data_path)}", data_key(job.data_path))
     if job.data.source != "chat":
         return (lambda split: corpus_documents(corpus, tokenizer, split)), "", {}
     texts, prompts_source = chat_prompt_texts(job, corpus)

@@ -116,7 +116,7 @@ def _heads(cfg: dict) -> str:
 def describe_data(cfg: DataConfig, corpus: Corpus, prompts_source: str = "", from_file: bool = False) -> str:
     if from_file:
         return (f"the {prompts_source} (every assistant turn the target's own; {corpus.held_out_percent}% held out "
-                f"by the first user turn's hash): at most {cfg.prompt_len} tokens before the first reply (longer "
+                f"by the first user turn's hash, their prompts in held_out.jsonl): at most {cfg.prompt_len} tokens before the first reply (longer "
                 f"prompts cut from the left), {cfg.prompt_len + cfg.response_len} in all; loss on every reply.")
     if cfg.source == "corpus":
         return (f"corpus text: windows of {cfg.seq_len} tokens from the {len(corpus.train_files)} training files of "

@@ -31,12 +31,13 @@ import torch
 from dspark.models.cache import key_digest
 from dspark.models.drafters import DRAFTER_CLASSES, Drafter, DrafterConfig
 from dspark.models.drafters.draft_vocab import load_draft_vocab
-from dspark.models.embedded_target.corpus import is_held_out, load_corpus
+from dspark.models.embedded_target.corpus import load_corpus
 from dspark.models.errors import ConfigError
 from dspark.models.target_io import load_frozen_target, load_target_config, stop_token_ids, target_fingerprint
 from dspark.models.training.data import DataConfig, TokenDataset, build_dataset, load_dataset, save_dataset
 from dspark.models.training.conversation_data import conversations_dataset
-from dspark.models.training.documents import file_first_turns, job_documents
+from dspark.models.training.data_files import HELD_OUT_FILE, read_data, split_conversations, write_held_out
+from dspark.models.training.documents import job_documents
 from dspark.models.training.export import (config_json, dataset_stats, describe_data, export_drafter, write_card,
                                            write_draft_vocab)
 from dspark.models.training.evaluate import decoded_tau, greedy_acceptance
@@ -44,7 +45,6 @@ from dspark.models.training.feature_store import (StoredFeatures, StoreLayout, f
                                                   store_directory, write_shard)
 from dspark.models.training.losses import DFLASH_GREEDY_LOSS, DFLASH_LOSS, DSPARK_GREEDY_LOSS, DSPARK_LOSS
 from dspark.models.training.monitor import RunMonitor
-from dspark.models.training.regenerate import read_regenerated
 from dspark.models.training.tasks import BlockTask, Eagle3Task, TrainTask
 from dspark.models.training.drafter_init import check_same_drafter, init_from_drafter
 from dspark.models.training.sharding import shard_frozen_target, world_mesh
@@ -144,7 +144,7 @@ class TrainJob:
     slim: bool = False  # export without the frozen embedding / lm_head copies
     resume: bool = False
     mask_token_id: int | None = None  # default: the tokenizer's mask token
-    data_file: Path | None = None  # regenerated conversations (`dspark regenerate`) to train on, instead of `data`
+    data_path: Path | None = None  # regenerated or captured conversations (a file or a folder: data_files.py), not `data`
     prompts_file: Path | None = None  # chat source: {"turns": [...]} records; None: the built-in generated set
     builtin_prompts: int | None = None  # chat source: how many built-in prompts too (None: all without a file, else 0)
     feature_cache_dir: Path | None = None  # cache the target's outputs here once; None: a target forward per step
@@ -160,7 +160,7 @@ class TrainJob:
         if self.fsdp and self.eval_every:
             raise ConfigError("--eval-every runs the held-out check on rank 0 alone, which an FSDP2-sharded drafter "
                               "cannot: drop --fsdp or --eval-every")
-        if self.shard_target and self.data_file is None:
+        if self.shard_target and self.data_path is None:
             raise ConfigError("--shard-target needs --data: generating the training replies runs the target on rank 0 "
                               "alone; regenerate them first (`dspark regenerate`, whose SGLang shards the target)")
         if self.shard_target and self.fsdp and self.eval_samples:
@@ -222,12 +222,10 @@ def stored_target_features(target, dataset: TokenDataset, layer_ids: tuple[int, 
     return features
 
 
-def file_dataset(job: TrainJob, conversations: list, tokenizer, held_out_percent: int, eos_id: int) -> TokenDataset:
-    """The training split of the --data file's conversations as samples (conversation_data.py)."""
-    train = [c for c, text in zip(conversations, file_first_turns(conversations))
-             if not is_held_out(text, held_out_percent)]
+def file_dataset(job: TrainJob, train: list, tokenizer, eos_id: int) -> TokenDataset:
+    """The training split of --data's conversations as samples (conversation_data.py)."""
     if not train:
-        raise ConfigError(f"--data {job.data_file}: every conversation falls in the held-out split")
+        raise ConfigError(f"--data {job.data_path}: every conversation falls in the held-out split")
     return conversations_dataset(train, tokenizer, job.data.prompt_len, job.data.response_len, eos_id)
 
 
@@ -264,13 +262,15 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     config = drafter_config(job.spec, target_config, mask_id)
     if job.init_from_drafter is not None:
         check_same_drafter(job.init_from_drafter, config, target_config)
-    # A --data file is read (and checked as hostile input) before any model is loaded.
-    conversations = read_regenerated(job.data_file) if job.data_file is not None else None
+    # --data is read (and checked as hostile input) before any model is loaded, and split: the held-out slice
+    # (data_files.py) is never trained on.
     corpus = load_corpus(job.stdlib_root, job.held_out_percent)
+    train_conversations, held_out_prompts = (split_conversations(read_data(job.data_path), corpus.held_out_percent)
+                                             if job.data_path is not None else (None, None))
     eos_id = tokenizer.eos_token_id
     # So are its samples (tokenized), and data too small for one global batch is refused before the models load.
-    file_samples = (file_dataset(job, conversations, tokenizer, corpus.held_out_percent, eos_id)
-                    if conversations is not None else None)
+    file_samples = (file_dataset(job, train_conversations, tokenizer, eos_id)
+                    if train_conversations is not None else None)
     if not job.only_draft_vocab:  # which never trains
         check_fills_a_batch(len(file_samples) if file_samples is not None else job.data.num_samples, job.train, dist)
     sharded = job.shard_target and dist.world_size > 1  # every forward of the target is then a collective
@@ -300,7 +300,7 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     vocab_ids = load_draft_vocab(job.out_dir, target_config.vocab_size)  # the one the exported drafter drafts among
     task = build_task(config, job.spec.n_anchors, vocab_ids if job.loss_over_draft_vocab else None, job.loss)
     def held_out_set() -> TokenDataset:  # the target's greedy replies to held-out prompts (rank 0, or every rank)
-        eval_source = "chat" if job.data.source == "chat" or job.data_file is not None else "generations"
+        eval_source = "chat" if job.data.source == "chat" or job.data_path is not None else "generations"
         eval_cfg = dataclasses.replace(job.data, source=eval_source, num_samples=job.eval_samples, temperature=0.0)
         eval_key = {**key, "data": asdict(eval_cfg), "split": "held_out"}
         return cached_dataset(documents("held_out"), eval_cfg, target, eos_id, eval_key, job.data_cache_dir,
@@ -343,7 +343,7 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
     info = {
         "kind": config.kind, "target": portable(job.target_dir), "target_sha256": fingerprint,
         "drafter_config": config_json(config),
-        "data_summary": describe_data(job.data, corpus, prompts_source, job.data_file is not None),
+        "data_summary": describe_data(job.data, corpus, prompts_source, job.data_path is not None),
         **dataset_stats(dataset),
         "steps": result.steps, "wall_s": round(result.wall_s, 1), "stopped_early": result.stopped_early,
         "final_terms": result.final_terms, "log_every": job.train.log_every, "device": str(dist.device),
@@ -355,8 +355,13 @@ def train_job(job: TrainJob, dist: DistContext) -> dict | None:
         "fsdp": trainer.fsdp, "shard_target": sharded, "held_out_every": monitor.evaluations,
         "exported_best": monitor.best if kept_best else None,
         "trainable_params": sum(p.numel() for p in drafter.parameters() if p.requires_grad),
+        "held_out_slice": None if held_out_prompts is None else {
+            "rule": f"sha256 of the first user turn in the lowest {corpus.held_out_percent} of 100 buckets",
+            "held_out_percent": corpus.held_out_percent, "prompts": len(held_out_prompts), "file": HELD_OUT_FILE},
     }
     job.out_dir.mkdir(parents=True, exist_ok=True)
+    if held_out_prompts is not None:  # `dspark eval --datasets <out>/held_out.jsonl` compares drafters on it
+        write_held_out(held_out_prompts, job.out_dir)
     export_drafter(drafter, job.out_dir, getattr(torch, job.save_dtype), frozen=not job.slim,
                    draft_vocab=vocab_ids if job.loss_over_draft_vocab else None)
     trainer.write_log(result.wall_s, extra={"job": info})

@@ -26,7 +26,8 @@ from pathlib import Path
 import torch
 
 from dspark.models.embedded_target.corpus import DEFAULT_HELD_OUT_PERCENT, HELD_OUT_PERCENT_RANGE, default_stdlib_root
-from dspark.models.drafters.config import MAX_BLOCK_SIZE, MAX_LAYERS
+from dspark.models.checkpoint import read_drafter_config
+from dspark.models.drafters.config import MAX_BLOCK_SIZE, MAX_LAYERS, DrafterConfig
 from dspark.models.errors import ConfigError
 from dspark.models.training.data import DATA_BOUNDS, SOURCES, DataConfig
 from dspark.models.target_io import computes_bf16_natively
@@ -45,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__.splitlines()[0])
     io = parser.add_argument_group("target and outputs")
     io.add_argument("--target", type=Path, required=True, help="transformers model directory of the target")
-    io.add_argument("--drafter", choices=("dspark", "dflash", "eagle3"), required=True)
+    io.add_argument("--drafter", choices=("dspark", "dflash", "eagle3"), default=None,
+                    help="the kind to train (required, unless --init-from-drafter gives it)")
     io.add_argument("--out", type=output_dir, required=True, help="export directory (weights, card, train_log.json)")
     io.add_argument("--work-dir", type=output_dir, default=None, help="checkpoints (default: <out>/work)")
     io.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --work-dir")
@@ -74,16 +76,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     io.add_argument("--only-draft-vocab", action="store_true",
                     help="write <out>/draft_vocab.json from this recipe's data and stop (for a drafter trained before)")
 
-    d = parser.add_argument_group("drafter")
-    d.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=DrafterSpec.block_size,
-                   help="gamma: draft tokens per round (Eagle3: TTT steps)")
+    d = parser.add_argument_group("drafter", "each setting not given: its default, or with --init-from-drafter that "
+                                             "drafter's own")
+    d.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=None,
+                   help=f"gamma: draft tokens per round (Eagle3: TTT steps; default {DrafterSpec.block_size})")
     d.add_argument("--num-layers", type=int_in(1, MAX_LAYERS), default=None, help="draft layers (default: 5, Eagle3 1)")
     d.add_argument("--target-layer-ids", type=int, nargs="+", default=None,
                    help="tapped target layers (default: 5 spread over 1..L-3, or all but the last for shallow targets)")
-    d.add_argument("--markov-head", choices=("vanilla", "gated", "rnn"), default=DrafterSpec.markov_head)
-    d.add_argument("--markov-rank", type=int_in(1, 16384), default=DrafterSpec.markov_rank)
-    d.add_argument("--no-confidence-head", action="store_true", help="DSpark without the confidence head")
-    d.add_argument("--no-sample-from-anchor", action="store_true",
+    d.add_argument("--markov-head", choices=("vanilla", "gated", "rnn"), default=None,
+                   help=f"default {DrafterSpec.markov_head}")
+    d.add_argument("--markov-rank", type=int_in(1, 16384), default=None, help=f"default {DrafterSpec.markov_rank}")
+    d.add_argument("--no-confidence-head", action="store_true", default=None,
+                   help="DSpark without the confidence head")
+    d.add_argument("--no-sample-from-anchor", action="store_true", default=None,
                    help="DFlash: original layout [anchor, MASK x gamma] reading slots 1..gamma (SGLang DFLASH)")
     d.add_argument("--mask-token-id", type=int, default=None, help="default: the target tokenizer's mask token")
     d.add_argument("--n-anchors", type=int_in(1, 65536), default=DrafterSpec.n_anchors,
@@ -93,16 +98,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "deepest tapped layer (default: off, a random init)")
 
     d.add_argument("--init-from-drafter", type=Path, default=None, metavar="DIR",
-                   help="start from this trained drafter of the same architecture: fine-tune it on this job's data")
+                   help="continue training this drafter (e.g. the serving one, on its captured traffic: --data "
+                        "CAPTURE_DIR): its settings and draft vocabulary are kept; a drafter flag given that "
+                        "differs from its own is refused")
 
     data = parser.add_argument_group("data")
     data.add_argument("--data-source", choices=SOURCES, default=DataConfig.source,
                       help="generations: the target continues stdlib windows; corpus: the windows themselves; "
                            "chat: the target replies to chat prompts in its chat template")
-    data.add_argument("--data", type=Path, default=None, metavar="FILE",
-                      help="train on these regenerated conversations (`dspark regenerate` output) instead of "
+    data.add_argument("--data", type=Path, default=None, metavar="FILE|DIR",
+                      help="train on these regenerated conversations (`dspark regenerate` output, or a folder of "
+                           "such files: every *.jsonl in it, e.g. a `dspark serve --capture` folder) instead of "
                            "generating replies: loss on every assistant turn, --prompt-len tokens at most before the "
-                           "first reply (longer prompts cut from the left), --prompt-len + --response-len in all")
+                           "first reply (longer prompts cut from the left), --prompt-len + --response-len in all; "
+                           "--held-out-percent of them held out by prompt, never trained on, their prompts written "
+                           "to <out>/held_out.jsonl for `dspark eval`")
     data.add_argument("--prompts-file", type=Path, default=None,
                       help="chat source: .jsonl of {\"turns\": [...]} records (default: the built-in generated set), "
                            "e.g. user turns the target wrote itself (`dspark self-chat`)")
@@ -174,6 +184,38 @@ def dist_context(device: str | None, timeout_minutes: float = DIST_TIMEOUT_MINUT
                        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
+def checkpoint_flags(config: DrafterConfig) -> dict:
+    """The drafter flags (by their dest) that build `config` again: what --init-from-drafter takes for those not
+    given, so a fine-tune keeps the drafter's settings (the flags a kind does not read left out)."""
+    flags = {"drafter": config.kind, "block_size": config.block_size, "num_layers": config.num_hidden_layers,
+             "target_layer_ids": list(config.target_layer_ids), "mask_token_id": config.mask_token_id}
+    if config.kind == "dspark":
+        flags.update(markov_head=config.markov_head_type, markov_rank=config.markov_rank,
+                     no_confidence_head=not config.enable_confidence_head)
+    if config.kind != "eagle3":
+        flags["no_sample_from_anchor"] = not config.sample_from_anchor
+    return flags
+
+
+def fill_drafter_flags(args: argparse.Namespace) -> None:
+    """Each drafter flag not given: with --init-from-drafter that drafter's own (models/training/drafter_init.py
+    then refuses a given one that differs, naming it), else its default. Written into args, so the card's command
+    spells the settings out."""
+    if args.init_from_drafter is not None:
+        if not args.init_from_drafter.is_dir():
+            raise ConfigError(f"--init-from-drafter {args.init_from_drafter} is not a drafter directory")
+        for dest, value in checkpoint_flags(read_drafter_config(args.init_from_drafter)).items():
+            if getattr(args, dest) is None:
+                setattr(args, dest, value)
+    elif args.drafter is None:
+        raise ConfigError("--drafter is required (dspark, dflash or eagle3), unless --init-from-drafter DIR gives it")
+    defaults = {"block_size": DrafterSpec.block_size, "markov_head": DrafterSpec.markov_head,
+                "markov_rank": DrafterSpec.markov_rank, "no_confidence_head": False, "no_sample_from_anchor": False}
+    for dest, default in defaults.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
+
+
 def build_job(args: argparse.Namespace) -> TrainJob:
     if not 1 <= args.dist_timeout_minutes <= 10080:
         raise ConfigError(f"--dist-timeout-minutes must be in [1, 10080], got {args.dist_timeout_minutes}")
@@ -188,7 +230,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
     if args.builtin_prompts is not None and (args.builtin_prompts < 0 or
                                              (args.builtin_prompts == 0 and args.prompts_file is None)):
         raise ConfigError(f"--builtin-prompts must be >= 1, or 0 with a --prompts-file; got {args.builtin_prompts}")
-    if args.data is not None and not args.data.is_file():
+    if args.data is not None and not args.data.exists():
         raise ConfigError(f"--data {args.data} does not exist")
     if args.data is not None and (args.prompts_file is not None or args.builtin_prompts is not None
                                   or args.data_source != "generations"):
@@ -196,8 +238,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
                           "--data-source")
     if args.init_from_drafter is not None and args.init_from_target:
         raise ConfigError("--init-from-drafter and --init-from-target are two starting points: give one")
-    if args.init_from_drafter is not None and not args.init_from_drafter.is_dir():
-        raise ConfigError(f"--init-from-drafter {args.init_from_drafter} is not a drafter directory")
+    fill_drafter_flags(args)
     spec = DrafterSpec(
         kind=args.drafter, block_size=args.block_size, num_layers=args.num_layers,
         target_layer_ids=tuple(args.target_layer_ids) if args.target_layer_ids else None,
@@ -221,7 +262,7 @@ def build_job(args: argparse.Namespace) -> TrainJob:
         data_cache_dir=args.data_cache, eval_samples=args.eval_samples, eval_every=args.eval_every, fsdp=args.fsdp,
         shard_target=args.shard_target,
         save_dtype=args.save_dtype, slim=args.slim,
-        resume=args.resume, mask_token_id=args.mask_token_id, data_file=args.data, prompts_file=args.prompts_file,
+        resume=args.resume, mask_token_id=args.mask_token_id, data_path=args.data, prompts_file=args.prompts_file,
         builtin_prompts=args.builtin_prompts,
         feature_cache_dir=args.feature_cache, init_from_target=args.init_from_target,
         init_from_drafter=args.init_from_drafter,
