@@ -33,7 +33,7 @@ import logging
 from functools import partial
 from typing import TYPE_CHECKING
 
-from dspark.integration import metrics
+from dspark.integration import capture, drafter_swap, metrics
 from dspark.integration.refit import with_refit
 from dspark.integration.runtime_state import VersionConflict
 from dspark.models.errors import ConfigError
@@ -81,6 +81,9 @@ def _reply_with_reason(state: SchedulerState, original, controller, recv_req):
     from dspark.integration.scheduler_state import UpdateInFlight
 
     state.update = update = UpdateInFlight()
+    alone = drafter_swap.refuse_with_others(recv_req.server_args)
+    if alone is not None:  # a drafter swap changes nothing else with it (drafter_swap.py)
+        return RejectedInternalStateReqOutput(updated=False, reason=alone)
     reply = original(controller, recv_req)
     fields = msgspec.structs.asdict(reply)
     if reply.updated:
@@ -101,7 +104,10 @@ async def _answer_400_with_reason(original, manager, obj):
     if reasons:
         conflict = any(getattr(reply, "conflict", False) for reply in replies)
         raise HTTPException(status_code=409 if conflict else 400, detail="; ".join(dict.fromkeys(reasons)))
-    return [getattr(reply, "dspark", None) or reply.updated for reply in replies]
+    answers = [getattr(reply, "dspark", None) or reply.updated for reply in replies]
+    if drafter_swap.KEY in obj.server_args and isinstance(answers[0], dict):
+        capture.drafter_swapped(answers[0]["drafter"])  # this process's capture records the new version
+    return answers
 
 
 def _apply(state: SchedulerState, key: str, value) -> None:
@@ -117,7 +123,8 @@ def _apply(state: SchedulerState, key: str, value) -> None:
 def _with_dspark_handler(state: SchedulerState, original, controller):
     from sglang.srt.managers.scheduler_components.internal_state import _UpdateHandler
 
-    return {**original(controller), KEY: _UpdateHandler(partial(_validate, state), partial(_apply, state))}
+    return {**original(controller), KEY: _UpdateHandler(partial(_validate, state), partial(_apply, state)),
+            drafter_swap.KEY: drafter_swap.handler(state)}
 
 
 def _report(state: SchedulerState, result, controller, internal: dict) -> None:
@@ -131,7 +138,8 @@ def _report(state: SchedulerState, result, controller, internal: dict) -> None:
         internal[KEY] = {**state.store.report(), **state.trace.report(), "totals": totals,
                          "sps_table_source": state.sps_source(state.store.planner.state.sps_table),
                          "step_overhead_s": state.clock.overhead(), "sps_fit": sps_fit(state),
-                         "calibration": state.calibration.report(state.head_temperatures)}
+                         "calibration": state.calibration.report(state.head_temperatures),
+                         "drafter": drafter_swap.served_drafter(state)}
 
 
 def sps_fit(state: SchedulerState) -> dict:

@@ -13,7 +13,8 @@ request's sampling settings, the served models' fingerprints and that request's 
                requests that finished (`FinishedCounts`): completion_tokens and spec_verify_ct (verify rounds),
                found again by the reply's id; accepted tokens per verify round = their ratio
     models     the target's and the drafter's paths and weight digests (models/target_io.py), computed once by
-               the writer thread before its first record
+               the writer thread before its first record; after a drafter swap (drafter_swap.py) the drafter's
+               is the one the schedulers loaded, from the record their reply carried (`drafter_swapped`)
 
 Settings: capture_settings.py. What a record holds: capture_records.py. docs/traffic-loop.md
 says what is stored, where, and who can read it.
@@ -170,15 +171,37 @@ def served_models() -> dict:
     return {"target": model_version(args.model_path), "drafter": model_version(drafter)}
 
 
+class ServedModels:
+    """The models a record names: the served ones as SGLang started, fingerprinted once (by the writer thread, at
+    its first record), with the drafter the schedulers last loaded in place of the started one."""
+
+    def __init__(self):
+        self.started: Optional[dict] = None
+        self.swapped: Optional[dict] = None  # set on the event loop, read by the writer thread: one assignment
+
+    def __call__(self) -> dict:
+        if self.started is None:
+            self.started = served_models()
+        return self.started if self.swapped is None else {**self.started, "drafter": self.swapped}
+
+
+served = ServedModels()  # this HTTP process's
+
+
+def drafter_swapped(drafter: dict) -> None:
+    """The schedulers loaded another drafter (admin.py, as their reply passes): records name it from now on."""
+    served.swapped = {"path": drafter["path"], "sha256": drafter["version"]}
+
+
 def add_capture(app, classify) -> None:
     """The middleware and its writer, when `dspark serve --capture` handed a folder over (request_gate.py calls
     this first among its middlewares: innermost)."""
     settings = CaptureSettings.from_env()
     if settings.capture is None:
         return
-    redact, models = Redactor(settings.capture_redact or ()), lru_cache(maxsize=1)(served_models)
+    redact = Redactor(settings.capture_redact or ())
     writer = CaptureWriter(checked_folder(settings.capture), settings,
-                           lambda exchange: captured_record(exchange, redact, finished.take, models),
+                           lambda exchange: captured_record(exchange, redact, finished.take, served),
                            observe_capture_written, observe_capture_dropped)
     atexit.register(writer.close)
     app.add_middleware(TrafficCapture, classify=classify, settings=settings, writer=writer.start())

@@ -48,12 +48,18 @@ def outside_slice(mask: torch.Tensor, start: int, width: int) -> torch.Tensor:
     return ~inside
 
 
-def _after_load_weights(result, model, *args, **kwargs):
+def refresh_mask(model) -> None:
+    """The mask of the draft vocabulary beside the checkpoint the model's config names (at load, and after a
+    drafter swap: drafter_swap.py)."""
     config = model.config
     directory = Path(getattr(config, "_name_or_path", "") or ".")
     device = next(model.parameters()).device
     setattr(model, MASK_ATTRIBUTE, draft_vocab_mask(directory, config.vocab_size, device))
     setattr(model, OUTSIDE_ATTRIBUTE, {})
+
+
+def _after_load_weights(result, model, *args, **kwargs):
+    refresh_mask(model)
     return result
 
 

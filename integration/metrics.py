@@ -31,6 +31,8 @@ batch's tensor-parallel group reports, so a TP=8 server does not count every rou
     dspark_calibration_window_samples               labelled request-rounds in the live window
     dspark_sglang_restarts                          times `dspark serve` started SGLang again after it exited
                                                     by itself (RESTARTS_ENV; set when the state is installed)
+    dspark_drafter_info{version}                    1 for the drafter the draft runners hold (the sha256 of its
+                                                    weights; 0 for one swapped out: drafter_swap.py)
 
 and from SGLang's HTTP process, where the request gate runs (request_gate.py):
 
@@ -121,6 +123,8 @@ def registry() -> dict:
                      ["position"], multiprocess_mode="livemax"),
         "samples": Gauge("dspark_calibration_window_samples", "labelled request-rounds in the live window",
                          multiprocess_mode="livemax"),
+        "drafter": Gauge("dspark_drafter_info", "1 for the drafter served (version: the sha256 of its weights)",
+                         ["version"], multiprocess_mode="livemax"),
         "restarts": Gauge("dspark_sglang_restarts", "times dspark serve started SGLang again after it exited by "
                           "itself", multiprocess_mode="livemax"),
     }
@@ -196,6 +200,15 @@ def observe_state(version: int, changed_at: float, sps_table: Optional[str], sou
         metrics["sps_info"].labels(source=source, path=sps_table).set(1)
         path = Path(sps_table)
         metrics["sps_time"].set(path.stat().st_mtime if path.is_file() else 0)
+
+
+def observe_drafter(version: str, previous: Optional[str]) -> None:
+    """The drafter served: at the first report, and after each swap."""
+    if not enabled():
+        return
+    if previous is not None and previous != version:
+        registry()["drafter"].labels(version=previous).set(0)
+    registry()["drafter"].labels(version=version).set(1)
 
 
 def observe_update(result: str) -> None:

@@ -60,6 +60,8 @@ class SchedulerState:
     scheduler: Any = None  # SGLang's Scheduler of this process, once set up (the SPS table is measured through it)
     awaiting_table: Any = None  # SGLang's DSpark planner while its store waits for the measured SPS table
     measured_tables: set = field(default_factory=set)  # paths of the SPS tables SGLang's forward measured here
+    drafter: Optional[dict] = None  # the drafter the draft runners hold: path, version, ... (drafter_swap.py)
+    target_version: Optional[str] = None  # the served target's fingerprint, once a swap needed it
 
     def sps_table(self) -> Optional[SpsTable]:
         """The SPS table the planner plans on now (None: no store, or a policy without a table)."""

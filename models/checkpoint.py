@@ -49,6 +49,7 @@ checkpoint_convert.py rewrites them into this layout (`dspark convert`).
 import hashlib
 import json
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -406,6 +407,14 @@ def sglang_checkpoint(directory, cache: Path) -> Path:
     save_file(tensors, str(staging / WEIGHTS_FILE), metadata={"format": "pt"})
     staging.replace(out)  # a complete copy or none: a killed write is redone by the next start
     return out
+
+
+def differing_settings(ours: DrafterConfig, theirs: DrafterConfig, ours_named: str) -> list[str]:
+    """Each setting in which drafter config `theirs` differs from `ours`, as "name theirs (ours_named: ours)", for
+    a refusal to name; empty when they are the same drafter."""
+    mine, other = asdict(ours), asdict(theirs)
+    return [f"{key} {other.get(key)!r} ({ours_named}: {mine.get(key)!r})" for key in sorted(mine.keys() | other.keys())
+            if mine.get(key) != other.get(key)]
 
 
 def check_weights_match(config: DrafterConfig, tensors: dict, source: str) -> None:

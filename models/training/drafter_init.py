@@ -7,13 +7,12 @@ steps training from the target's top layers takes. The trained drafter must matc
 """
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from dspark.models.checkpoint import load_drafter, read_drafter_config
+from dspark.models.checkpoint import differing_settings, load_drafter, read_drafter_config
 from dspark.models.drafters import Drafter, DrafterConfig
 from dspark.models.drafters.draft_vocab import load_draft_vocab
 from dspark.models.errors import ConfigError
@@ -22,11 +21,10 @@ from dspark.models.errors import ConfigError
 def check_same_drafter(directory: Path, config: DrafterConfig, target_config) -> None:
     """Refuse a checkpoint at `directory` whose drafter is not the one `config` describes (cheap: reads its config
     only, so a job fails before it generates any data)."""
-    ours, theirs = asdict(config), asdict(read_drafter_config(directory, target_config))
-    differing = sorted(key for key in ours.keys() | theirs.keys() if ours.get(key) != theirs.get(key))
+    differing = differing_settings(config, read_drafter_config(directory, target_config), "this job")
     if differing:
-        details = ", ".join(f"{key} {theirs.get(key)!r} (this job: {ours.get(key)!r})" for key in differing)
-        raise ConfigError(f"--init-from-drafter {directory} is another drafter than this job trains: {details}")
+        raise ConfigError(f"--init-from-drafter {directory} is another drafter than this job trains: "
+                          + ", ".join(differing))
     load_draft_vocab(directory, config.vocab_size)  # the fine-tune keeps it: a malformed one fails here, not later
 
 

@@ -49,6 +49,14 @@ class SGLangBackend:
             raise ConfigError(f"the server did not apply the update: {shown(replies)}")
         return replies[0]
 
+    def load_drafter(self, path: str) -> dict:
+        """Load the drafter folder at `path` into every scheduler's draft runners (integration/drafter_swap.py);
+        {"drafter", "previous", "seconds"} of the first. ConfigError names why the schedulers refused it."""
+        replies = self._call("POST", "/set_internal_state", {"server_args": {"dspark_drafter": {"path": path}}})
+        if not isinstance(replies, list) or not replies or not all(isinstance(r, dict) for r in replies):
+            raise ConfigError(f"the server did not load the drafter: {shown(replies)}")
+        return replies[0]
+
     def started(self) -> bool:
         """SGLang's start-up is over and its warm-up request answered (GET /ready: 503 while starting or shutting
         down)."""

@@ -89,6 +89,11 @@ class AdminClient:
         wait = restart_timeout(timeout_s)  # a wait the server would refuse is refused here, by the same rule
         return self._call(self.stub.Restart, pb.RestartRequest(timeout_s=wait), timeout=wait + 30.0)
 
+    def load_drafter(self, path: str) -> pb.LoadDrafterResponse:
+        """Load a drafter folder on the replica into its running server (the load may take a while on a large
+        drafter: it reads the weights)."""
+        return self._call(self.stub.LoadDrafter, pb.LoadDrafterRequest(path=path), timeout=600.0)
+
     def serving(self) -> bool:
         """grpc.health.v1 of the Admin service: SERVING once the replica has warmed up and its scheduler answers."""
         stub = health_pb2_grpc.HealthStub(self.channel)

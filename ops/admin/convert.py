@@ -46,9 +46,17 @@ def field_value(message: pb.Settings, name: str) -> Any:
 
 def state_message(report: dict) -> pb.State:
     """A replica's dspark report (/server_info) as a State."""
+    drafter = report.get("drafter")
     return pb.State(settings=settings_to_message(report), version=report["version"], gamma=report["gamma"],
                     last_rejection=report.get("last_rejection") or "",
-                    sps_table_source=report.get("sps_table_source") or "")
+                    sps_table_source=report.get("sps_table_source") or "",
+                    drafter=drafter_message(drafter) if drafter else None)
+
+
+def drafter_message(drafter: dict) -> pb.Drafter:
+    """A scheduler's drafter record (integration/drafter_swap.py) as a Drafter."""
+    return pb.Drafter(path=drafter["path"], version=drafter["version"], loaded_at_unix_s=drafter["loaded_at"],
+                      swaps=drafter["swaps"])
 
 
 def update_mask(*paths: str) -> field_mask_pb2.FieldMask:

@@ -1,7 +1,7 @@
 """The dspark.admin.v1 Admin servicer: thin RPC handlers over the replica backend (backend.py).
 
 Reads (GetState, History, WatchState) need a reader or admin credential; changes (UpdateState, Rollback,
-ProfileSps, Calibrate, Restart) need an admin one, pass the per-caller rate limit, and each attempt is audited whatever its
+ProfileSps, Calibrate, Restart, LoadDrafter) need an admin one, pass the per-caller rate limit, and each attempt is audited whatever its
 outcome. A change is one envelope-form `dspark` update (integration/runtime_state.py), so validation,
 versioning and history happen in the schedulers, atomically. Status codes:
 
@@ -41,7 +41,7 @@ from dspark.models.decoding.sps_profile import load_sps
 from dspark.models.errors import SHOWN_CHARS, ConfigError, clipped
 from dspark.ops.admin.backend import ReplicaUnavailable, SGLangBackend
 from dspark.ops.admin.restart import RestartChannel, restart_timeout
-from dspark.ops.admin.convert import message_to_settings, settings_to_message, state_message
+from dspark.ops.admin.convert import drafter_message, message_to_settings, settings_to_message, state_message
 from dspark.ops.admin.security import AuditLog, Caller, Denied, RateLimiter, TokenBook, authorize
 from dspark.ops.admin.streams import Streams, StreamsFull, watch_interval
 from dspark.ops.admin.tracing import rpc_span
@@ -206,6 +206,21 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self.audit.record(**audit, result="restarted", version_before=before["version"],
                           version_after=after["version"], detail=f"serving again after {seconds:.1f} s")
         return pb.RestartResponse(state=state_message(after), seconds=seconds, starts=starts)
+
+    @traced
+    def LoadDrafter(self, request, context):
+        def load(caller: Caller, parsed: pb.LoadDrafterRequest) -> dict:
+            with self.changing:  # one change and its audit line at a time
+                outcome = self.backend.load_drafter(parsed.path)
+                before, after = outcome["previous"], outcome["drafter"]
+                self.audit.record(**audit_fields(context, "LoadDrafter", caller.name), result="applied",
+                                  before={"drafter": before["version"], "drafter_path": before["path"]},
+                                  after={"drafter": after["version"], "drafter_path": after["path"]},
+                                  detail=f"loaded in {outcome['seconds']:.2f} s")
+            return outcome
+        _, outcome = self.attempt(context, "LoadDrafter", request, load)
+        return pb.LoadDrafterResponse(drafter=drafter_message(outcome["drafter"]),
+                                      previous=drafter_message(outcome["previous"]), seconds=outcome["seconds"])
 
     # ---------------------------------------------------------------- helpers
 

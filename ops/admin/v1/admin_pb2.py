@@ -26,7 +26,7 @@ from google.protobuf import descriptor_pb2 as google_dot_protobuf_dot_descriptor
 from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x64spark/ops/admin/v1/admin.proto\x12\x0f\x64spark.admin.v1\x1a google/protobuf/descriptor.proto\x1a google/protobuf/field_mask.proto\"\x8e\x08\n\x08Settings\x12U\n\x06policy\x18\x01 \x01(\tB@\xaa\xbb\x18\x08\"causal\"\xb2\xbb\x18\x30one of causal|lagged|threshold|fixed|mtp1|sglangH\x00\x88\x01\x01\x12*\n\tthreshold\x18\x02 \x01(\x01\x42\x12\xaa\xbb\x18\x04null\xb2\xbb\x18\x06[0, 1]H\x01\x88\x01\x01\x12G\n\x0cthreshold_on\x18\x03 \x01(\tB,\xaa\xbb\x18\n\"survival\"\xb2\xbb\x18\x1aone of survival|confidenceH\x02\x88\x01\x01\x12\x31\n\x11min_verify_length\x18\x04 \x01(\x03\x42\x11\xaa\xbb\x18\x01\x30\xb2\xbb\x18\x08\x30..gammaH\x03\x88\x01\x01\x12\x44\n\x11max_verify_length\x18\x05 \x01(\x03\x42$\xaa\xbb\x18\x04null\xb2\xbb\x18\x18min_verify_length..gammaH\x04\x88\x01\x01\x12\x30\n\x0f\x62udget_fraction\x18\x06 \x01(\x01\x42\x12\xaa\xbb\x18\x04null\xb2\xbb\x18\x06(0, 1]H\x05\x88\x01\x01\x12.\n\x10max_batch_tokens\x18\x07 \x01(\x03\x42\x0f\xaa\xbb\x18\x04null\xb2\xbb\x18\x03\x31..H\x06\x88\x01\x01\x12\'\n\tsps_table\x18\x08 \x01(\tB\x0f\xaa\xbb\x18\x04null\xb2\xbb\x18\x03\x61nyH\x07\x88\x01\x01\x12.\n\x10sts_temperatures\x18\t \x03(\x01\x42\x14\xaa\xbb\x18\x04null\xb2\xbb\x18\x08(0, inf)\x12\x31\n\x11trace_round_ratio\x18\n \x01(\x01\x42\x11\xaa\xbb\x18\x03\x30.1\xb2\xbb\x18\x06[0, 1]H\x08\x88\x01\x01\x12\x32\n\x11probe_round_ratio\x18\x0b \x01(\x01\x42\x12\xaa\xbb\x18\x04\x30.02\xb2\xbb\x18\x06[0, 1]H\t\x88\x01\x01\x12/\n\x0e\x61uto_refit_ece\x18\x0c \x01(\x01\x42\x12\xaa\xbb\x18\x04null\xb2\xbb\x18\x06(0, 1]H\n\x88\x01\x01\x12\x37\n\x16\x61uto_refit_min_samples\x18\r \x01(\x03\x42\x12\xaa\xbb\x18\x03\x35\x31\x32\xb2\xbb\x18\x07\x31..4096H\x0b\x88\x01\x01\x12=\n\x08\x64rafting\x18\x0e \x01(\tB&\xaa\xbb\x18\x06\"auto\"\xb2\xbb\x18\x18one of auto|always|neverH\x0c\x88\x01\x01\x42\t\n\x07_policyB\x0c\n\n_thresholdB\x0f\n\r_threshold_onB\x14\n\x12_min_verify_lengthB\x14\n\x12_max_verify_lengthB\x12\n\x10_budget_fractionB\x13\n\x11_max_batch_tokensB\x0c\n\n_sps_tableB\x14\n\x12_trace_round_ratioB\x14\n\x12_probe_round_ratioB\x11\n\x0f_auto_refit_eceB\x19\n\x17_auto_refit_min_samplesB\x0b\n\t_drafting\"\x86\x01\n\x05State\x12+\n\x08settings\x18\x01 \x01(\x0b\x32\x19.dspark.admin.v1.Settings\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\r\n\x05gamma\x18\x03 \x01(\x05\x12\x16\n\x0elast_rejection\x18\x04 \x01(\t\x12\x18\n\x10sps_table_source\x18\x05 \x01(\t\"\x11\n\x0fGetStateRequest\"\xbd\x01\n\x12UpdateStateRequest\x12+\n\x08settings\x18\x01 \x01(\x0b\x32\x19.dspark.admin.v1.Settings\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x1d\n\x10\x65xpected_version\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x15\n\rvalidate_only\x18\x04 \x01(\x08\x42\x13\n\x11_expected_version\"M\n\x13UpdateStateResponse\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12\x0f\n\x07\x61pplied\x18\x02 \x01(\x08\"m\n\x0fRollbackRequest\x12\x17\n\nto_version\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x1d\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x01\x88\x01\x01\x42\r\n\x0b_to_versionB\x13\n\x11_expected_version\"\x10\n\x0eHistoryRequest\"\x81\x01\n\x0cHistoryEntry\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x0e\n\x06\x63\x61ller\x18\x02 \x01(\t\x12\x13\n\x0btime_unix_s\x18\x03 \x01(\x01\x12\x0e\n\x06\x61\x63tion\x18\x04 \x01(\t\x12+\n\x08settings\x18\x05 \x01(\x0b\x32\x19.dspark.admin.v1.Settings\"A\n\x0fHistoryResponse\x12.\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1d.dspark.admin.v1.HistoryEntry\"\'\n\x11WatchStateRequest\x12\x12\n\ninterval_s\x18\x01 \x01(\x01\"\xcf\x02\n\x0cServingStats\x12\x12\n\ninterval_s\x18\x01 \x01(\x01\x12\x0e\n\x06rounds\x18\x02 \x01(\x03\x12\x0b\n\x03tau\x18\x03 \x01(\x01\x12!\n\x19verify_budget_per_request\x18\x04 \x01(\x01\x12\x17\n\x0f\x64rafts_verified\x18\x05 \x01(\x03\x12\x15\n\rgoodput_tok_s\x18\x06 \x01(\x01\x12\x17\n\x0fstep_overhead_s\x18\x07 \x01(\x01\x12\x15\n\rstate_version\x18\x08 \x01(\x03\x12\x17\n\x0f\x65\x63\x65_by_position\x18\t \x03(\x01\x12 \n\x18survival_gap_by_position\x18\n \x03(\x01\x12\x1b\n\x13\x63\x61libration_samples\x18\x0b \x01(\x03\x12\x14\n\x0cprobe_rounds\x18\x0c \x01(\x03\x12\x1d\n\x15sps_table_error_ratio\x18\r \x01(\x01\"a\n\nWatchEvent\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12,\n\x05stats\x18\x02 \x01(\x0b\x32\x1d.dspark.admin.v1.ServingStats\">\n\x11ProfileSpsRequest\x12\x14\n\x0c\x66rom_traffic\x18\x01 \x01(\x08\x12\x13\n\x0bmin_samples\x18\x02 \x01(\x03\"\x89\x01\n\x12ProfileSpsResponse\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12\x11\n\tsps_table\x18\x02 \x01(\t\x12\x1b\n\x13sample_batch_tokens\x18\x03 \x03(\x03\x12\x1c\n\x14sample_steps_per_sec\x18\x04 \x03(\x01\"[\n\x10\x43\x61librateRequest\x12\x13\n\x0bmin_samples\x18\x01 \x01(\x03\x12\x1d\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x13\n\x11_expected_version\"_\n\x11\x43\x61librateResponse\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12\x12\n\nece_before\x18\x02 \x03(\x01\x12\x0f\n\x07samples\x18\x03 \x01(\x03\"#\n\x0eRestartRequest\x12\x11\n\ttimeout_s\x18\x01 \x01(\x01\"Y\n\x0fRestartResponse\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12\x0f\n\x07seconds\x18\x02 \x01(\x01\x12\x0e\n\x06starts\x18\x03 \x01(\x03\x32\x93\x05\n\x05\x41\x64min\x12\x44\n\x08GetState\x12 .dspark.admin.v1.GetStateRequest\x1a\x16.dspark.admin.v1.State\x12X\n\x0bUpdateState\x12#.dspark.admin.v1.UpdateStateRequest\x1a$.dspark.admin.v1.UpdateStateResponse\x12R\n\x08Rollback\x12 .dspark.admin.v1.RollbackRequest\x1a$.dspark.admin.v1.UpdateStateResponse\x12L\n\x07History\x12\x1f.dspark.admin.v1.HistoryRequest\x1a .dspark.admin.v1.HistoryResponse\x12O\n\nWatchState\x12\".dspark.admin.v1.WatchStateRequest\x1a\x1b.dspark.admin.v1.WatchEvent0\x01\x12U\n\nProfileSps\x12\".dspark.admin.v1.ProfileSpsRequest\x1a#.dspark.admin.v1.ProfileSpsResponse\x12R\n\tCalibrate\x12!.dspark.admin.v1.CalibrateRequest\x1a\".dspark.admin.v1.CalibrateResponse\x12L\n\x07Restart\x12\x1f.dspark.admin.v1.RestartRequest\x1a .dspark.admin.v1.RestartResponse:8\n\x0fsetting_default\x12\x1d.google.protobuf.FieldOptions\x18\xb5\x87\x03 \x01(\t:6\n\rsetting_range\x12\x1d.google.protobuf.FieldOptions\x18\xb6\x87\x03 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x64spark/ops/admin/v1/admin.proto\x12\x0f\x64spark.admin.v1\x1a google/protobuf/descriptor.proto\x1a google/protobuf/field_mask.proto\"\x8e\x08\n\x08Settings\x12U\n\x06policy\x18\x01 \x01(\tB@\xaa\xbb\x18\x08\"causal\"\xb2\xbb\x18\x30one of causal|lagged|threshold|fixed|mtp1|sglangH\x00\x88\x01\x01\x12*\n\tthreshold\x18\x02 \x01(\x01\x42\x12\xaa\xbb\x18\x04null\xb2\xbb\x18\x06[0, 1]H\x01\x88\x01\x01\x12G\n\x0cthreshold_on\x18\x03 \x01(\tB,\xaa\xbb\x18\n\"survival\"\xb2\xbb\x18\x1aone of survival|confidenceH\x02\x88\x01\x01\x12\x31\n\x11min_verify_length\x18\x04 \x01(\x03\x42\x11\xaa\xbb\x18\x01\x30\xb2\xbb\x18\x08\x30..gammaH\x03\x88\x01\x01\x12\x44\n\x11max_verify_length\x18\x05 \x01(\x03\x42$\xaa\xbb\x18\x04null\xb2\xbb\x18\x18min_verify_length..gammaH\x04\x88\x01\x01\x12\x30\n\x0f\x62udget_fraction\x18\x06 \x01(\x01\x42\x12\xaa\xbb\x18\x04null\xb2\xbb\x18\x06(0, 1]H\x05\x88\x01\x01\x12.\n\x10max_batch_tokens\x18\x07 \x01(\x03\x42\x0f\xaa\xbb\x18\x04null\xb2\xbb\x18\x03\x31..H\x06\x88\x01\x01\x12\'\n\tsps_table\x18\x08 \x01(\tB\x0f\xaa\xbb\x18\x04null\xb2\xbb\x18\x03\x61nyH\x07\x88\x01\x01\x12.\n\x10sts_temperatures\x18\t \x03(\x01\x42\x14\xaa\xbb\x18\x04null\xb2\xbb\x18\x08(0, inf)\x12\x31\n\x11trace_round_ratio\x18\n \x01(\x01\x42\x11\xaa\xbb\x18\x03\x30.1\xb2\xbb\x18\x06[0, 1]H\x08\x88\x01\x01\x12\x32\n\x11probe_round_ratio\x18\x0b \x01(\x01\x42\x12\xaa\xbb\x18\x04\x30.02\xb2\xbb\x18\x06[0, 1]H\t\x88\x01\x01\x12/\n\x0e\x61uto_refit_ece\x18\x0c \x01(\x01\x42\x12\xaa\xbb\x18\x04null\xb2\xbb\x18\x06(0, 1]H\n\x88\x01\x01\x12\x37\n\x16\x61uto_refit_min_samples\x18\r \x01(\x03\x42\x12\xaa\xbb\x18\x03\x35\x31\x32\xb2\xbb\x18\x07\x31..4096H\x0b\x88\x01\x01\x12=\n\x08\x64rafting\x18\x0e \x01(\tB&\xaa\xbb\x18\x06\"auto\"\xb2\xbb\x18\x18one of auto|always|neverH\x0c\x88\x01\x01\x42\t\n\x07_policyB\x0c\n\n_thresholdB\x0f\n\r_threshold_onB\x14\n\x12_min_verify_lengthB\x14\n\x12_max_verify_lengthB\x12\n\x10_budget_fractionB\x13\n\x11_max_batch_tokensB\x0c\n\n_sps_tableB\x14\n\x12_trace_round_ratioB\x14\n\x12_probe_round_ratioB\x11\n\x0f_auto_refit_eceB\x19\n\x17_auto_refit_min_samplesB\x0b\n\t_drafting\"\xb1\x01\n\x05State\x12+\n\x08settings\x18\x01 \x01(\x0b\x32\x19.dspark.admin.v1.Settings\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\r\n\x05gamma\x18\x03 \x01(\x05\x12\x16\n\x0elast_rejection\x18\x04 \x01(\t\x12\x18\n\x10sps_table_source\x18\x05 \x01(\t\x12)\n\x07\x64rafter\x18\x06 \x01(\x0b\x32\x18.dspark.admin.v1.Drafter\"Q\n\x07\x44rafter\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x18\n\x10loaded_at_unix_s\x18\x03 \x01(\x01\x12\r\n\x05swaps\x18\x04 \x01(\x03\"\x11\n\x0fGetStateRequest\"\xbd\x01\n\x12UpdateStateRequest\x12+\n\x08settings\x18\x01 \x01(\x0b\x32\x19.dspark.admin.v1.Settings\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x1d\n\x10\x65xpected_version\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x15\n\rvalidate_only\x18\x04 \x01(\x08\x42\x13\n\x11_expected_version\"M\n\x13UpdateStateResponse\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12\x0f\n\x07\x61pplied\x18\x02 \x01(\x08\"m\n\x0fRollbackRequest\x12\x17\n\nto_version\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x1d\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x01\x88\x01\x01\x42\r\n\x0b_to_versionB\x13\n\x11_expected_version\"\x10\n\x0eHistoryRequest\"\x81\x01\n\x0cHistoryEntry\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x0e\n\x06\x63\x61ller\x18\x02 \x01(\t\x12\x13\n\x0btime_unix_s\x18\x03 \x01(\x01\x12\x0e\n\x06\x61\x63tion\x18\x04 \x01(\t\x12+\n\x08settings\x18\x05 \x01(\x0b\x32\x19.dspark.admin.v1.Settings\"A\n\x0fHistoryResponse\x12.\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1d.dspark.admin.v1.HistoryEntry\"\'\n\x11WatchStateRequest\x12\x12\n\ninterval_s\x18\x01 \x01(\x01\"\xcf\x02\n\x0cServingStats\x12\x12\n\ninterval_s\x18\x01 \x01(\x01\x12\x0e\n\x06rounds\x18\x02 \x01(\x03\x12\x0b\n\x03tau\x18\x03 \x01(\x01\x12!\n\x19verify_budget_per_request\x18\x04 \x01(\x01\x12\x17\n\x0f\x64rafts_verified\x18\x05 \x01(\x03\x12\x15\n\rgoodput_tok_s\x18\x06 \x01(\x01\x12\x17\n\x0fstep_overhead_s\x18\x07 \x01(\x01\x12\x15\n\rstate_version\x18\x08 \x01(\x03\x12\x17\n\x0f\x65\x63\x65_by_position\x18\t \x03(\x01\x12 \n\x18survival_gap_by_position\x18\n \x03(\x01\x12\x1b\n\x13\x63\x61libration_samples\x18\x0b \x01(\x03\x12\x14\n\x0cprobe_rounds\x18\x0c \x01(\x03\x12\x1d\n\x15sps_table_error_ratio\x18\r \x01(\x01\"a\n\nWatchEvent\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12,\n\x05stats\x18\x02 \x01(\x0b\x32\x1d.dspark.admin.v1.ServingStats\">\n\x11ProfileSpsRequest\x12\x14\n\x0c\x66rom_traffic\x18\x01 \x01(\x08\x12\x13\n\x0bmin_samples\x18\x02 \x01(\x03\"\x89\x01\n\x12ProfileSpsResponse\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12\x11\n\tsps_table\x18\x02 \x01(\t\x12\x1b\n\x13sample_batch_tokens\x18\x03 \x03(\x03\x12\x1c\n\x14sample_steps_per_sec\x18\x04 \x03(\x01\"[\n\x10\x43\x61librateRequest\x12\x13\n\x0bmin_samples\x18\x01 \x01(\x03\x12\x1d\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x13\n\x11_expected_version\"_\n\x11\x43\x61librateResponse\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12\x12\n\nece_before\x18\x02 \x03(\x01\x12\x0f\n\x07samples\x18\x03 \x01(\x03\"#\n\x0eRestartRequest\x12\x11\n\ttimeout_s\x18\x01 \x01(\x01\"Y\n\x0fRestartResponse\x12%\n\x05state\x18\x01 \x01(\x0b\x32\x16.dspark.admin.v1.State\x12\x0f\n\x07seconds\x18\x02 \x01(\x01\x12\x0e\n\x06starts\x18\x03 \x01(\x03\"\"\n\x12LoadDrafterRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"}\n\x13LoadDrafterResponse\x12)\n\x07\x64rafter\x18\x01 \x01(\x0b\x32\x18.dspark.admin.v1.Drafter\x12*\n\x08previous\x18\x02 \x01(\x0b\x32\x18.dspark.admin.v1.Drafter\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\x32\xed\x05\n\x05\x41\x64min\x12\x44\n\x08GetState\x12 .dspark.admin.v1.GetStateRequest\x1a\x16.dspark.admin.v1.State\x12X\n\x0bUpdateState\x12#.dspark.admin.v1.UpdateStateRequest\x1a$.dspark.admin.v1.UpdateStateResponse\x12R\n\x08Rollback\x12 .dspark.admin.v1.RollbackRequest\x1a$.dspark.admin.v1.UpdateStateResponse\x12L\n\x07History\x12\x1f.dspark.admin.v1.HistoryRequest\x1a .dspark.admin.v1.HistoryResponse\x12O\n\nWatchState\x12\".dspark.admin.v1.WatchStateRequest\x1a\x1b.dspark.admin.v1.WatchEvent0\x01\x12U\n\nProfileSps\x12\".dspark.admin.v1.ProfileSpsRequest\x1a#.dspark.admin.v1.ProfileSpsResponse\x12R\n\tCalibrate\x12!.dspark.admin.v1.CalibrateRequest\x1a\".dspark.admin.v1.CalibrateResponse\x12L\n\x07Restart\x12\x1f.dspark.admin.v1.RestartRequest\x1a .dspark.admin.v1.RestartResponse\x12X\n\x0bLoadDrafter\x12#.dspark.admin.v1.LoadDrafterRequest\x1a$.dspark.admin.v1.LoadDrafterResponse:8\n\x0fsetting_default\x12\x1d.google.protobuf.FieldOptions\x18\xb5\x87\x03 \x01(\t:6\n\rsetting_range\x12\x1d.google.protobuf.FieldOptions\x18\xb6\x87\x03 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -64,39 +64,45 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SETTINGS']._serialized_start=121
   _globals['_SETTINGS']._serialized_end=1159
   _globals['_STATE']._serialized_start=1162
-  _globals['_STATE']._serialized_end=1296
-  _globals['_GETSTATEREQUEST']._serialized_start=1298
-  _globals['_GETSTATEREQUEST']._serialized_end=1315
-  _globals['_UPDATESTATEREQUEST']._serialized_start=1318
-  _globals['_UPDATESTATEREQUEST']._serialized_end=1507
-  _globals['_UPDATESTATERESPONSE']._serialized_start=1509
-  _globals['_UPDATESTATERESPONSE']._serialized_end=1586
-  _globals['_ROLLBACKREQUEST']._serialized_start=1588
-  _globals['_ROLLBACKREQUEST']._serialized_end=1697
-  _globals['_HISTORYREQUEST']._serialized_start=1699
-  _globals['_HISTORYREQUEST']._serialized_end=1715
-  _globals['_HISTORYENTRY']._serialized_start=1718
-  _globals['_HISTORYENTRY']._serialized_end=1847
-  _globals['_HISTORYRESPONSE']._serialized_start=1849
-  _globals['_HISTORYRESPONSE']._serialized_end=1914
-  _globals['_WATCHSTATEREQUEST']._serialized_start=1916
-  _globals['_WATCHSTATEREQUEST']._serialized_end=1955
-  _globals['_SERVINGSTATS']._serialized_start=1958
-  _globals['_SERVINGSTATS']._serialized_end=2293
-  _globals['_WATCHEVENT']._serialized_start=2295
-  _globals['_WATCHEVENT']._serialized_end=2392
-  _globals['_PROFILESPSREQUEST']._serialized_start=2394
-  _globals['_PROFILESPSREQUEST']._serialized_end=2456
-  _globals['_PROFILESPSRESPONSE']._serialized_start=2459
-  _globals['_PROFILESPSRESPONSE']._serialized_end=2596
-  _globals['_CALIBRATEREQUEST']._serialized_start=2598
-  _globals['_CALIBRATEREQUEST']._serialized_end=2689
-  _globals['_CALIBRATERESPONSE']._serialized_start=2691
-  _globals['_CALIBRATERESPONSE']._serialized_end=2786
-  _globals['_RESTARTREQUEST']._serialized_start=2788
-  _globals['_RESTARTREQUEST']._serialized_end=2823
-  _globals['_RESTARTRESPONSE']._serialized_start=2825
-  _globals['_RESTARTRESPONSE']._serialized_end=2914
-  _globals['_ADMIN']._serialized_start=2917
-  _globals['_ADMIN']._serialized_end=3576
+  _globals['_STATE']._serialized_end=1339
+  _globals['_DRAFTER']._serialized_start=1341
+  _globals['_DRAFTER']._serialized_end=1422
+  _globals['_GETSTATEREQUEST']._serialized_start=1424
+  _globals['_GETSTATEREQUEST']._serialized_end=1441
+  _globals['_UPDATESTATEREQUEST']._serialized_start=1444
+  _globals['_UPDATESTATEREQUEST']._serialized_end=1633
+  _globals['_UPDATESTATERESPONSE']._serialized_start=1635
+  _globals['_UPDATESTATERESPONSE']._serialized_end=1712
+  _globals['_ROLLBACKREQUEST']._serialized_start=1714
+  _globals['_ROLLBACKREQUEST']._serialized_end=1823
+  _globals['_HISTORYREQUEST']._serialized_start=1825
+  _globals['_HISTORYREQUEST']._serialized_end=1841
+  _globals['_HISTORYENTRY']._serialized_start=1844
+  _globals['_HISTORYENTRY']._serialized_end=1973
+  _globals['_HISTORYRESPONSE']._serialized_start=1975
+  _globals['_HISTORYRESPONSE']._serialized_end=2040
+  _globals['_WATCHSTATEREQUEST']._serialized_start=2042
+  _globals['_WATCHSTATEREQUEST']._serialized_end=2081
+  _globals['_SERVINGSTATS']._serialized_start=2084
+  _globals['_SERVINGSTATS']._serialized_end=2419
+  _globals['_WATCHEVENT']._serialized_start=2421
+  _globals['_WATCHEVENT']._serialized_end=2518
+  _globals['_PROFILESPSREQUEST']._serialized_start=2520
+  _globals['_PROFILESPSREQUEST']._serialized_end=2582
+  _globals['_PROFILESPSRESPONSE']._serialized_start=2585
+  _globals['_PROFILESPSRESPONSE']._serialized_end=2722
+  _globals['_CALIBRATEREQUEST']._serialized_start=2724
+  _globals['_CALIBRATEREQUEST']._serialized_end=2815
+  _globals['_CALIBRATERESPONSE']._serialized_start=2817
+  _globals['_CALIBRATERESPONSE']._serialized_end=2912
+  _globals['_RESTARTREQUEST']._serialized_start=2914
+  _globals['_RESTARTREQUEST']._serialized_end=2949
+  _globals['_RESTARTRESPONSE']._serialized_start=2951
+  _globals['_RESTARTRESPONSE']._serialized_end=3040
+  _globals['_LOADDRAFTERREQUEST']._serialized_start=3042
+  _globals['_LOADDRAFTERREQUEST']._serialized_end=3076
+  _globals['_LOADDRAFTERRESPONSE']._serialized_start=3078
+  _globals['_LOADDRAFTERRESPONSE']._serialized_end=3203
+  _globals['_ADMIN']._serialized_start=3206
+  _globals['_ADMIN']._serialized_end=3955
 # @@protoc_insertion_point(module_scope)

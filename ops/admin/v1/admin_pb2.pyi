@@ -45,18 +45,32 @@ class Settings(_message.Message):
     def __init__(self, policy: _Optional[str] = ..., threshold: _Optional[float] = ..., threshold_on: _Optional[str] = ..., min_verify_length: _Optional[int] = ..., max_verify_length: _Optional[int] = ..., budget_fraction: _Optional[float] = ..., max_batch_tokens: _Optional[int] = ..., sps_table: _Optional[str] = ..., sts_temperatures: _Optional[_Iterable[float]] = ..., trace_round_ratio: _Optional[float] = ..., probe_round_ratio: _Optional[float] = ..., auto_refit_ece: _Optional[float] = ..., auto_refit_min_samples: _Optional[int] = ..., drafting: _Optional[str] = ...) -> None: ...
 
 class State(_message.Message):
-    __slots__ = ("settings", "version", "gamma", "last_rejection", "sps_table_source")
+    __slots__ = ("settings", "version", "gamma", "last_rejection", "sps_table_source", "drafter")
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     GAMMA_FIELD_NUMBER: _ClassVar[int]
     LAST_REJECTION_FIELD_NUMBER: _ClassVar[int]
     SPS_TABLE_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    DRAFTER_FIELD_NUMBER: _ClassVar[int]
     settings: Settings
     version: int
     gamma: int
     last_rejection: str
     sps_table_source: str
-    def __init__(self, settings: _Optional[_Union[Settings, _Mapping]] = ..., version: _Optional[int] = ..., gamma: _Optional[int] = ..., last_rejection: _Optional[str] = ..., sps_table_source: _Optional[str] = ...) -> None: ...
+    drafter: Drafter
+    def __init__(self, settings: _Optional[_Union[Settings, _Mapping]] = ..., version: _Optional[int] = ..., gamma: _Optional[int] = ..., last_rejection: _Optional[str] = ..., sps_table_source: _Optional[str] = ..., drafter: _Optional[_Union[Drafter, _Mapping]] = ...) -> None: ...
+
+class Drafter(_message.Message):
+    __slots__ = ("path", "version", "loaded_at_unix_s", "swaps")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    LOADED_AT_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    SWAPS_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    version: str
+    loaded_at_unix_s: float
+    swaps: int
+    def __init__(self, path: _Optional[str] = ..., version: _Optional[str] = ..., loaded_at_unix_s: _Optional[float] = ..., swaps: _Optional[int] = ...) -> None: ...
 
 class GetStateRequest(_message.Message):
     __slots__ = ()
@@ -211,3 +225,19 @@ class RestartResponse(_message.Message):
     seconds: float
     starts: int
     def __init__(self, state: _Optional[_Union[State, _Mapping]] = ..., seconds: _Optional[float] = ..., starts: _Optional[int] = ...) -> None: ...
+
+class LoadDrafterRequest(_message.Message):
+    __slots__ = ("path",)
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    def __init__(self, path: _Optional[str] = ...) -> None: ...
+
+class LoadDrafterResponse(_message.Message):
+    __slots__ = ("drafter", "previous", "seconds")
+    DRAFTER_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    drafter: Drafter
+    previous: Drafter
+    seconds: float
+    def __init__(self, drafter: _Optional[_Union[Drafter, _Mapping]] = ..., previous: _Optional[_Union[Drafter, _Mapping]] = ..., seconds: _Optional[float] = ...) -> None: ...

@@ -74,6 +74,11 @@ class AdminStub:
                 request_serializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.RestartRequest.SerializeToString,
                 response_deserializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.RestartResponse.FromString,
                 _registered_method=True)
+        self.LoadDrafter = channel.unary_unary(
+                '/dspark.admin.v1.Admin/LoadDrafter',
+                request_serializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.LoadDrafterRequest.SerializeToString,
+                response_deserializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.LoadDrafterResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -140,6 +145,16 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LoadDrafter(self, request, context):
+        """Load the drafter checkpoint at path (a folder on the replica) into the running server through SGLang's
+        in-place draft weight update, between rounds: no restart, no request lost. Admin role.
+        INVALID_ARGUMENT: not a drafter folder, or one whose shapes, settings (block size, ...), vocabulary or target
+        fingerprint differ from the served drafter's, named; nothing was loaded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -182,6 +197,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Restart,
                     request_deserializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.RestartRequest.FromString,
                     response_serializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.RestartResponse.SerializeToString,
+            ),
+            'LoadDrafter': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadDrafter,
+                    request_deserializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.LoadDrafterRequest.FromString,
+                    response_serializer=dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.LoadDrafterResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -400,6 +420,33 @@ class Admin:
             '/dspark.admin.v1.Admin/Restart',
             dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.RestartRequest.SerializeToString,
             dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.RestartResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadDrafter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dspark.admin.v1.Admin/LoadDrafter',
+            dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.LoadDrafterRequest.SerializeToString,
+            dspark_dot_ops_dot_admin_dot_v1_dot_admin__pb2.LoadDrafterResponse.FromString,
             options,
             channel_credentials,
             insecure,
