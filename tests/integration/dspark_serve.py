@@ -10,10 +10,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from dspark.integration.server import SGLangServer, free_port, stop_process_group
 from dspark.ops.admin.client import AdminClient, Credentials
+from dspark.ops.admin.convert import message_to_settings
 
 from tests.integration.exposition import sample_value, scrape
 from tests.paths import EMBEDDED, EMBEDDED_TARGET
@@ -42,12 +44,13 @@ class DsparkServe:
         self.admin_token, self.reader_token, self.no_spec = admin_token, reader_token, no_spec
         speculation = ["--no-spec"] if no_spec else ["--drafter", str(drafter), "--policy", "fixed",
                                                      "--drafting", "always"]
+        self.service_name = f"dspark-{folder.name}"  # of its spans (its admin sidecar's: with -admin)
         self.command = [sys.executable, "-m", "dspark.ops.cli", "serve", "--target", str(EMBEDDED_TARGET),
                         *speculation, "--device", "cpu", "--port", str(self.port), "--admin-port", str(self.admin_port),
                         "--admin-token-file", str(admin_token), "--reader-token-file", str(reader_token),
                         "--admin-audit-log", str(self.audit_log), "--admin-update-rate", "100000",
                         "--admin-update-burst", "100000", "--otlp-endpoint", otlp_endpoint,
-                        "--otlp-service-name", f"dspark-{folder.name}", *dspark_args, "--",
+                        "--otlp-service-name", self.service_name, *dspark_args, "--",
                         "--max-running-requests", "8", "--decode-log-interval", "1",
                         "--chunked-prefill-size", str(CHUNKED_PREFILL_TOKENS), *sglang_args]
         self.env = {**os.environ, "DSPARK_CACHE": str(cache), **(env or {})}
@@ -58,16 +61,16 @@ class DsparkServe:
     @classmethod
     def alone(cls, folder: Path, dspark_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
               sglang_args: tuple[str, ...] = (), no_spec: bool = False,
-              drafter: Path = EMBEDDED / "dspark") -> "DsparkServe":
-        """A replica of its own under `folder`: its cache, an admin and a reader token file, no tracing; metrics on
-        (`dspark serve`'s default)."""
+              drafter: Path = EMBEDDED / "dspark", otlp_endpoint: str = "") -> "DsparkServe":
+        """A replica of its own under `folder`: its cache, an admin and a reader token file (the callers ops-admin and
+        dashboard), tracing to `otlp_endpoint` (none by default); metrics on (`dspark serve`'s default)."""
         tokens = folder / "tokens"
         tokens.mkdir(parents=True)
-        for name in ("ops", "reader"):
+        for name in ("ops-admin", "dashboard"):
             (tokens / name).write_text(f"{name}-token-of-a-test-replica\n")
         (folder / "replica").mkdir()
-        return cls(folder / "replica", folder / "cache", tokens / "ops", tokens / "reader", "", *sglang_args,
-                   dspark_args=dspark_args, env=env, no_spec=no_spec, drafter=drafter)
+        return cls(folder / "replica", folder / "cache", tokens / "ops-admin", tokens / "dashboard", otlp_endpoint,
+                   *sglang_args, dspark_args=dspark_args, env=env, no_spec=no_spec, drafter=drafter)
 
     def start(self) -> "DsparkServe":
         record_server_start("dspark serve")
@@ -140,6 +143,20 @@ class DsparkServe:
     def set_state(self, changes: dict) -> list:
         """Change the live runtime state over SGLang's own route: one answer per scheduler, [True] when applied."""
         return self.post_as_admin("/set_internal_state", {"server_args": {"dspark": changes}})
+
+    @contextmanager
+    def restoring(self) -> Iterator["DsparkServe"]:
+        """The replica, for a test that changes its runtime state: the settings it found are set again afterwards,
+        so later tests read its start settings (only the state version and the counters tell it happened)."""
+        client = self.client(self.admin_token)
+        try:
+            found = message_to_settings(client.get().settings)
+            yield self
+            if message_to_settings(client.get().settings) != found:
+                client.update(found)
+            assert message_to_settings(client.get().settings) == found, "the replica's settings were not restored"
+        finally:
+            client.close()
 
     def serving(self) -> Iterator["DsparkServe"]:
         """Started and ready until the generator is closed, then stopped (a fixture's body: `yield from`)."""

@@ -1,6 +1,7 @@
 """The gRPC admin API for real: two `dspark serve --admin-port` replicas (SGLang on CPU, the embedded target and
 its DSpark drafter, dspark's plugin, the admin sidecar, all tracing to an in-process OTLP receiver), driven
-through dspark.admin.v1, grpcurl, `dspark admin` and SGLang's own HTTP API.
+through dspark.admin.v1, grpcurl, `dspark admin` and SGLang's own HTTP API. The replicas are the session's shared
+gate_limits_server (A) and dspark_server (B): each one's runtime state is set back when the module ends.
 
 Replica A takes the single-replica checks (live changes, credentials, status codes, rollback, the fuzz, the
 HTTP side door, grpcurl, round and admin spans, and the hostile inputs of issue 41: 32 huge-interval WatchState
@@ -36,7 +37,7 @@ from dspark.ops.admin.v1 import admin_pb2 as pb
 from dspark.ops.cli import main
 from dspark.ops.admin.sidecar import stop_sidecar
 from dspark.ops.commands.admin_server import EXIT_DEADLINE_S
-from dspark.ops.otlp_sink import OtlpReceiver, attributes
+from dspark.ops.otlp_sink import attributes
 
 from tests.integration.dspark_serve import GAMMA, DsparkServe
 from tests.integration.hf_reference import hf_greedy
@@ -52,34 +53,18 @@ FUZZ_UPDATES, FUZZ_CLIENTS = 1000, 4  # 25 ms an update here: 1000 keep the fuzz
 
 
 @pytest.fixture(scope="module")
-def tokens(tmp_path_factory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("tokens")
-    files = {}
-    for name in ("ops-admin", "dashboard"):
-        files[name] = folder / name
-        files[name].write_text(f"{name}-token-{random.Random(name).getrandbits(128):x}\n")
-    return files
+def tokens(dspark_server) -> dict[str, Path]:
+    """The replicas' credentials: one admin and one reader token for the whole fleet (every DsparkServe.alone
+    replica has the same two)."""
+    return {"ops-admin": dspark_server.admin_token, "dashboard": dspark_server.reader_token}
 
 
 @pytest.fixture(scope="module")
-def otlp():
-    receiver = OtlpReceiver().start()
-    yield receiver
-    receiver.stop()
-
-
-@pytest.fixture(scope="module")
-def replicas(tmp_path_factory, tokens, otlp):
-    cache = tmp_path_factory.mktemp("dspark-cache")
-    servers = [DsparkServe(tmp_path_factory.mktemp(f"replica-{name}"), cache, tokens["ops-admin"],
-                           tokens["dashboard"], otlp.endpoint).start() for name in "ab"]
-    try:
-        for server in servers:
-            server.wait_ready()
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()
+def replicas(gate_limits_server, dspark_server):
+    """Replica A, the session's gate_limits_server, and B, its dspark_server, both tracing to `otlp`; the runtime
+    state of each is set back when the module ends."""
+    with gate_limits_server.restoring(), dspark_server.restoring():
+        yield [gate_limits_server, dspark_server]
 
 
 @pytest.fixture(scope="module")
@@ -466,7 +451,7 @@ def test_round_spans_arrive_with_their_attributes_and_links_to_request_spans(rep
     assert greedy(replica, PROMPTS) == [reference[p] for p in PROMPTS]
     rounds = otlp.wait_for(lambda service, span: span.name == "dspark.round" and
                            attributes(span)["dspark.state_version"] == version, count=5)
-    assert len(rounds) >= 5 and all(service == "dspark-replica-a0" for service, _ in rounds)
+    assert len(rounds) >= 5 and all(service == replica.service_name for service, _ in rounds)
     for _, span in rounds:
         a = attributes(span)
         assert a["dspark.policy"] == "fixed" and a["dspark.drafted_tokens"] == a["dspark.batch_size"] * GAMMA
@@ -474,20 +459,21 @@ def test_round_spans_arrive_with_their_attributes_and_links_to_request_spans(rep
         assert a["dspark.verify_length.min"] == a["dspark.verify_length.max"] == GAMMA
         assert a["dspark.batch_size"] <= a["dspark.accepted_tokens"] <= a["dspark.batch_size"] * (1 + GAMMA)
         assert a["dspark.planner_time_s"] >= 0 and span.end_time_unix_nano > span.start_time_unix_nano
-    request_traces = {span.trace_id for service, span in otlp.spans if service == "dspark-replica-a0"
+    request_traces = {span.trace_id for service, span in otlp.spans if service == replica.service_name
                       and span.name != "dspark.round"}
     linked = {link.trace_id for _, span in rounds for link in span.links}
     assert linked and linked <= request_traces  # each round links to SGLang's spans of its requests
 
 
-def test_an_admin_call_continues_the_callers_trace(admin, otlp):
+def test_an_admin_call_continues_the_callers_trace(replica, admin, otlp):
     tracer = TracerProvider().get_tracer("operator")
     with tracer.start_as_current_span("operator-change") as operator:
         admin.update({"max_verify_length": 4})
     context = operator.get_span_context()
     spans = otlp.wait_for(lambda service, span: span.trace_id == context.trace_id.to_bytes(16, "big"))
     assert [span.name for _, span in spans] == ["dspark.admin/UpdateState"]
-    assert spans[0][0] == "dspark-replica-a0-admin" and spans[0][1].parent_span_id == context.span_id.to_bytes(8, "big")
+    assert spans[0][0] == f"{replica.service_name}-admin"
+    assert spans[0][1].parent_span_id == context.span_id.to_bytes(8, "big")
 
 
 # ------------------------------------------------------------------------------------ hostile inputs (issue 41)
@@ -682,25 +668,28 @@ def test_canary_changes_one_replica_first_and_one_trace_shows_both(replicas, tok
     trace_id = operator.get_span_context().trace_id.to_bytes(16, "big")  # one trace reaches both replicas
     updates = otlp.wait_for(lambda service, span: span.trace_id == trace_id and span.name.endswith("UpdateState"),
                             count=4)
-    assert sorted(service for service, _ in updates) == ["dspark-replica-a0-admin"] * 2 + ["dspark-replica-b0-admin"] * 2
+    assert sorted(service for service, _ in updates) == sorted(f"{r.service_name}-admin" for r in replicas * 2)
 
 
 def test_a_fleet_set_whose_table_crashed_every_scheduler_is_refused_and_both_replicas_keep_serving(
         replicas, tokens, reference, capsys):
-    sps = replicas[0].cache / "sps"  # both replicas share this cache, hence their SPS directory
-    sps.mkdir(parents=True, exist_ok=True)
-    (sps / "binary.json").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe root:x:0:0")
+    folders = [replica.cache / "sps" for replica in replicas]  # each replica's SPS directory
+    folders[0].mkdir(parents=True, exist_ok=True)
+    binary = folders[0] / "binary.json"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe root:x:0:0")
     addresses = sum((["--replica", r.admin_address] for r in replicas), [])
     before = [dspark_info(r)["version"] for r in replicas]
-    for table, problem in (("/" + "a" * 256, "must be a path without NUL of at most 4096 bytes"),
-                           (str(sps / "binary.json"), "is not an SpsCostTable JSON (UnicodeDecodeError)"),
-                           ("/etc/passwd", f"sps_table must name a table under {sps}")):
+    for table, problems in (("/" + "a" * 256, ["must be a path without NUL of at most 4096 bytes"] * 2),
+                            (str(binary), ["is not an SpsCostTable JSON (UnicodeDecodeError)",
+                                           f"sps_table must name a table under {folders[1]}"]),
+                            ("/etc/passwd", [f"sps_table must name a table under {folder}" for folder in folders])):
         code = main(["admin", "set", *addresses, "--token-file", str(tokens["ops-admin"]), "--json",
                      "--sps-table", table])
         report = json.loads(capsys.readouterr().out)
         assert code == 1 and [r["result"] for r in report["replicas"]] == ["refused", "refused"]
-        assert all("INVALID_ARGUMENT" in r["detail"] and problem in r["detail"] and "root:" not in r["detail"]
-                   for r in report["replicas"])
+        for replica, problem in zip(report["replicas"], problems):
+            assert "INVALID_ARGUMENT" in replica["detail"] and problem in replica["detail"]
+            assert "root:" not in replica["detail"]
     for replica, version in zip(replicas, before):
         assert replica.process.poll() is None and dspark_info(replica)["version"] == version
         assert greedy(replica, PROMPTS[:1]) == [reference[PROMPTS[0]]]

@@ -15,7 +15,7 @@ from dspark.models.target_io import target_fingerprint
 from tests.perturbed_drafter import perturbed_copy
 
 PROMPTS = ["def parse(text):", "import os\nimport sys\n", "class Stack:\n    def push(self, item):", "for line in f:"]
-MAX_NEW_TOKENS = 128  # long enough that all are still in flight when the swap lands
+MAX_NEW_TOKENS = 64  # long enough that all are still in flight when the swap lands (waited for below)
 
 
 def greedy(server, prompt: str) -> list[int]:
