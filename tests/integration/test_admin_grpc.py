@@ -679,6 +679,16 @@ def test_a_fleet_set_whose_table_crashed_every_scheduler_is_refused_and_both_rep
     binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe root:x:0:0")
     addresses = sum((["--replica", r.admin_address] for r in replicas), [])
     before = [dspark_info(r)["version"] for r in replicas]
+    try:
+        refused_by_both(addresses, tokens, folders, binary, capsys)
+    finally:
+        binary.unlink()  # the SPS folder of a shared server: nothing left there for a later test to find
+    for replica, version in zip(replicas, before):
+        assert replica.process.poll() is None and dspark_info(replica)["version"] == version
+        assert greedy(replica, PROMPTS[:1]) == [reference[PROMPTS[0]]]
+
+
+def refused_by_both(addresses: list[str], tokens, folders: list[Path], binary: Path, capsys) -> None:
     for table, problems in (("/" + "a" * 256, ["must be a path without NUL of at most 4096 bytes"] * 2),
                             (str(binary), ["is not an SpsCostTable JSON (UnicodeDecodeError)",
                                            f"sps_table must name a table under {folders[1]}"]),
@@ -690,6 +700,3 @@ def test_a_fleet_set_whose_table_crashed_every_scheduler_is_refused_and_both_rep
         for replica, problem in zip(report["replicas"], problems):
             assert "INVALID_ARGUMENT" in replica["detail"] and problem in replica["detail"]
             assert "root:" not in replica["detail"]
-    for replica, version in zip(replicas, before):
-        assert replica.process.poll() is None and dspark_info(replica)["version"] == version
-        assert greedy(replica, PROMPTS[:1]) == [reference[PROMPTS[0]]]
