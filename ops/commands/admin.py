@@ -6,13 +6,15 @@
     dspark admin watch   --replica A --replica B --interval 2 --duration 30
     dspark admin rollback | history | profile-sps | calibrate   (same addressing)
     dspark admin restart --k8s-service prod/dspark-admin --token-file admin   # rolling, one replica at a time
+    dspark admin load-drafter --k8s-service prod/dspark-admin --path /models/drafter-v2 --canary 1 --canary-wait 300
 
 Replicas: --replica (repeatable), --dns, --k8s-service (ops/admin/discovery.py); a token is not sent in
 plaintext to an address --k8s-service lists off loopback (any pod the EndpointSlice names would read it) unless
 --tls-ca or --admin-insecure is given. `set` is the two-phase
 fleet change of ops/admin/fleet.py; the exit status is 0 only when every replica converged. `restart` drains
-and restarts each replica's SGLang in place, keeping its live settings (ops/admin/restart.py). Tables by
-default, JSON with --json.
+and restarts each replica's SGLang in place, keeping its live settings (ops/admin/restart.py). `load-drafter`
+swaps a drafter in live, promoted from the canaries only when their tau beats the rest's
+(ops/admin/drafter_rollout.py). Tables by default, JSON with --json.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from dspark.integration.refit import MIN_SAMPLES_MAX
 from dspark.models.errors import ConfigError
 from dspark.ops.admin import discovery
 from dspark.ops.admin.client import AdminClient, Credentials
+from dspark.ops.admin.drafter_rollout import roll_out_drafter
 from dspark.ops.admin.convert import message_to_settings
 from dspark.ops.admin.fleet import describe, fleet_update, in_parallel, rolling_restart
 from dspark.ops.admin.security import read_secret
@@ -37,7 +40,7 @@ from dspark.ops.admin.streams import INTERVAL_MAX_S, INTERVAL_MIN_S
 from dspark.ops.arg_types import float_in, int_in
 from dspark.ops.commands.settings_args import add_settings_patch_args, settings_patch
 
-ACTIONS = ("get", "set", "watch", "rollback", "history", "profile-sps", "calibrate", "restart")
+ACTIONS = ("get", "set", "watch", "rollback", "history", "profile-sps", "calibrate", "restart", "load-drafter")
 
 DAY_S = 86400.0
 
@@ -49,12 +52,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for action in ACTIONS:
         sub = actions.add_parser(action)
         add_target_args(sub)
-        if action == "set":
-            add_settings_patch_args(sub, "settings to change (models/decoding/settings.py)")
+        if action in ("set", "load-drafter"):
             sub.add_argument("--canary", type=int_in(0, 10_000), default=0, help="apply to this many replicas first")
             sub.add_argument("--canary-wait", type=float_in(0, DAY_S), default=30.0,
-                             help="seconds the canary must hold")
+                             help="seconds the canary must hold (load-drafter: one window of the comparison)")
+        if action == "set":
+            add_settings_patch_args(sub, "settings to change (models/decoding/settings.py)")
             sub.add_argument("--canary-min-tau", type=float_in(0, 1000), default=None, help="tau the canary must keep")
+        if action == "load-drafter":
+            sub.add_argument("--path", required=True, help="the drafter folder, absolute, as the replicas see it")
+            sub.add_argument("--canary-margin", type=float_in(0, 1000), default=0.1,
+                             help="the canary is rolled back once its tau is this far below the fleet's")
+            sub.add_argument("--canary-windows", type=int_in(1, 1000), default=4,
+                             help="windows to watch before a canary that is not better is rolled back")
         if action == "watch":
             sub.add_argument("--interval", type=float_in(INTERVAL_MIN_S, INTERVAL_MAX_S), default=1.0,
                              help="seconds between stats")
@@ -143,6 +153,14 @@ def run_set(args, fleet) -> int:
         raise ConfigError("nothing to set: give at least one setting flag (see `dspark admin set --help`)")
     log = (lambda line: print(line, file=sys.stderr)) if not args.json else (lambda _: None)
     result = fleet_update(fleet, changes, args.canary, args.canary_wait, args.canary_min_tau, log)
+    emit(args, [o.to_dict() for o in result.outcomes], summary=result.summary)
+    return 0 if result.converged else 1
+
+
+def run_load_drafter(args, fleet) -> int:
+    log = (lambda line: print(line, file=sys.stderr)) if not args.json else (lambda _: None)
+    result = roll_out_drafter(fleet, args.path, args.canary, args.canary_wait, args.canary_margin,
+                              args.canary_windows, log)
     emit(args, [o.to_dict() for o in result.outcomes], summary=result.summary)
     return 0 if result.converged else 1
 
@@ -253,4 +271,4 @@ def format_cell(value) -> str:
 
 ACTION_RUNNERS = {"get": run_get, "set": run_set, "watch": run_watch, "rollback": run_rollback,
                   "history": run_history, "profile-sps": run_profile_sps, "calibrate": run_calibrate,
-                  "restart": run_restart}
+                  "restart": run_restart, "load-drafter": run_load_drafter}
