@@ -49,7 +49,8 @@ def captured(folder: Path, marks: list[str]) -> dict[str, dict]:
 def test_served_replies_are_captured_with_acceptance_redacted_and_opted_out(dspark_server):
     folder, pattern = Path(flag(dspark_server, "--capture")), flag(dspark_server, "--capture-redact")
     run = uuid.uuid4().hex[:8]
-    marks = {name: f"capture-{name}-{run}" for name in ("generate", "chat", "stream", "secret", "opted-out")}
+    # no mark may hold "secret-" and four digits: the run id may start with them, and the pattern would redact it
+    marks = {name: f"capture-{name}-{run}" for name in ("generate", "chat", "stream", "redaction", "opted-out")}
     before = sample_value(scrape(dspark_server.url), "dspark_capture_records_total") or 0.0
 
     generated = json.loads(post(dspark_server, "/generate", {"text": f"# {marks['generate']}\ndef f(",
@@ -64,13 +65,13 @@ def test_served_replies_are_captured_with_acceptance_redacted_and_opted_out(dspa
                        for e in events if e.startswith("data: {") and json.loads(e[len("data: "):])["choices"])
     secret = "secret-4711"
     assert re.fullmatch(pattern, secret), "conftest's redaction pattern no longer matches the test's"
-    post(dspark_server, "/generate", {"text": f"# {marks['secret']} {secret}\n", "sampling_params": GREEDY})
+    post(dspark_server, "/generate", {"text": f"# {marks['redaction']} {secret}\n", "sampling_params": GREEDY})
     post(dspark_server, "/generate", {"text": f"# {marks['opted-out']}\n", "sampling_params": GREEDY},
          headers={"X-Dspark-Capture": "off"})
 
     records = captured(folder, list(marks.values()))
     assert marks["opted-out"] not in records
-    assert set(records) == {marks[name] for name in ("generate", "chat", "stream", "secret")}, sorted(records)
+    assert set(records) == {marks[name] for name in ("generate", "chat", "stream", "redaction")}, sorted(records)
 
     record = records[marks["generate"]]
     assert record["route"] == "/generate" and record["stream"] is False
@@ -94,9 +95,9 @@ def test_served_replies_are_captured_with_acceptance_redacted_and_opted_out(dspa
     assert stream_record["stream"] is True and stream_record["messages"][-1]["content"] == streamed
     assert stream_record["acceptance"]["spec_verify_ct"] > 0
 
-    secret_record = records[marks["secret"]]
+    secret_record = records[marks["redaction"]]
     assert secret not in json.dumps(secret_record) and "[redacted]" in secret_record["prompt"]
-    assert secret_record["messages"][0]["content"] == f"# {marks['secret']} [redacted]\n"
+    assert secret_record["messages"][0]["content"] == f"# {marks['redaction']} [redacted]\n"
 
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     files = sorted(folder.glob("capture-*.jsonl"))
